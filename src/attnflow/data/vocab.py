@@ -1,0 +1,89 @@
+"""Word vocabulary for the agreement task.
+
+The Linzen prefixes already replace words outside the 10k most common by their POS tag
+(``NNP``, ``NNS``...), so a whitespace split is the tokenizer. Ids 0-3 are the specials,
+always in this order: ``<pad>`` (0), ``<unk>`` (1), ``<cls>`` (2), ``<mask>`` (3).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+PAD, UNK, CLS, MASK = "<pad>", "<unk>", "<cls>", "<mask>"
+SPECIALS: tuple[str, ...] = (PAD, UNK, CLS, MASK)
+
+__all__ = ["CLS", "MASK", "PAD", "SPECIALS", "UNK", "Vocab"]
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """Maps words to ids; ``encode`` prepends ``<cls>`` as the agreement model expects.
+
+    >>> v = Vocab.build([["the", "dog"], ["the", "cats"]], min_count=1)
+    >>> v.encode("the dog barks")
+    [2, 4, 5, 1]
+    >>> v.decode([2, 4, 5, 1])
+    ['<cls>', 'the', 'dog', '<unk>']
+    """
+
+    itos: tuple[str, ...]
+    stoi: dict[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if tuple(self.itos[: len(SPECIALS)]) != SPECIALS:
+            raise ValueError(f"vocabulary must start with the specials {SPECIALS}, got {self.itos[:4]}")
+        if len(set(self.itos)) != len(self.itos):
+            raise ValueError("vocabulary has duplicate entries")
+        object.__setattr__(self, "stoi", {w: i for i, w in enumerate(self.itos)})
+
+    pad_id: ClassVar[int] = 0
+    unk_id: ClassVar[int] = 1
+    cls_id: ClassVar[int] = 2
+    mask_id: ClassVar[int] = 3
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    @classmethod
+    def build(cls, sentences: Iterable[Sequence[str]], *, min_count: int = 1) -> Vocab:
+        """Specials, then every word seen at least ``min_count`` times, by frequency then alphabet."""
+        counts = Counter(w for words in sentences for w in words)
+        words = sorted((w for w, c in counts.items() if c >= min_count and w not in SPECIALS),
+                       key=lambda w: (-counts[w], w))
+        return cls(SPECIALS + tuple(words))
+
+    def encode(self, text: str | Sequence[str], *, add_cls: bool = True) -> list[int]:
+        words = text.split() if isinstance(text, str) else list(text)
+        ids = [self.stoi.get(w, self.unk_id) for w in words]
+        return [self.cls_id, *ids] if add_cls else ids
+
+    def decode(self, ids: Iterable[int]) -> list[str]:
+        return [self.itos[int(i)] for i in ids]
+
+    def save(self, path: str | Path) -> None:
+        """Write ``{"itos": [...]}`` atomically."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"itos": list(self.itos)}, f, ensure_ascii=False)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Vocab:
+        path = Path(path)
+        try:
+            payload = json.loads(path.read_text(encoding="utf-8"))
+            itos = payload["itos"]
+        except FileNotFoundError:
+            raise FileNotFoundError(f"vocabulary file not found: {path}") from None
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}: not a vocabulary file ({exc})") from None
+        return cls(tuple(itos))

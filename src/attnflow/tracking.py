@@ -1,0 +1,190 @@
+"""Everything MLflow: one run per stage execution, in one experiment per study config.
+
+Every stage run carries the flattened resolved config as params, the tags ``stage``, ``dataset``,
+``git_commit`` (``+dirty`` when the tree has uncommitted changes), ``config_hash`` (the same for
+all stages of one config, to group them) and ``inputs_md5`` (an md5 over the stage's inputs; for a
+single file it equals the md5 that DVC writes to dvc.lock), plus ``inputs.json`` with each input's
+md5. The tracking URI comes from ``MLFLOW_TRACKING_URI`` when set, else from the config
+(default: the embedded store ``sqlite:///mlflow.db``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import subprocess
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import mlflow
+from mlflow.entities import Param
+
+__all__ = [
+    "StageRun",
+    "config_hash",
+    "file_md5",
+    "flatten",
+    "inputs_md5",
+    "lightning_logger",
+    "stage_run",
+    "tracking_uri",
+]
+
+_MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
+_BATCH = 100  # MLflow's limit on params per log_batch call
+
+
+def tracking_uri(configured: str | None) -> str:
+    """``MLFLOW_TRACKING_URI`` when set (a real server), else the configured URI."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or configured or "sqlite:///mlflow.db"
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings to dotted keys; lists stay values.
+
+    >>> flatten({"a": {"b": 1, "c": [1, 2]}, "d": "x"})
+    {'a.b': 1, 'a.c': [1, 2], 'd': 'x'}
+    """
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    """A short stable hash of a resolved config (key order does not matter)."""
+    blob = json.dumps(config, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def file_md5(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def inputs_md5(paths: Sequence[str | Path]) -> tuple[str, dict[str, str]]:
+    """md5 of each input file (every file under a directory), and one md5 over them all."""
+    per_file: dict[str, str] = {}
+    for p in map(Path, paths):
+        files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+        for f in files:
+            if f.exists():
+                per_file[f.as_posix()] = file_md5(f)
+    if not per_file:
+        return "none", per_file
+    if len(per_file) == 1:
+        return next(iter(per_file.values())), per_file
+    combined = hashlib.md5(json.dumps(per_file, sort_keys=True).encode(), usedforsecurity=False)
+    return combined.hexdigest(), per_file
+
+
+def _git_commit() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{sha}+dirty" if dirty else sha
+
+
+def _param_value(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, list | dict) else str(value)
+    return text if len(text) <= _MAX_PARAM_CHARS else text[: _MAX_PARAM_CHARS - 3] + "..."
+
+
+class StageRun:
+    """The active MLflow run of one stage, with logging helpers that accept nested dicts."""
+
+    def __init__(self, run: mlflow.ActiveRun, client: mlflow.MlflowClient, uri: str, experiment: str):
+        self.run = run
+        self.client = client
+        self.uri = uri
+        self.experiment = experiment
+
+    @property
+    def run_id(self) -> str:
+        return self.run.info.run_id
+
+    def log_metrics(self, metrics: Mapping[str, Any], *, step: int | None = None, prefix: str = "") -> None:
+        """Log every finite number of a (nested) dict as a metric named by its dotted path."""
+        flat = flatten(metrics, prefix)
+        numeric = {k: float(v) for k, v in flat.items()
+                   if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
+        if numeric:
+            mlflow.log_metrics(numeric, step=step)
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        p = Path(path)
+        if p.is_dir():
+            mlflow.log_artifacts(str(p), artifact_path=artifact_path or p.name)
+        elif p.exists():
+            mlflow.log_artifact(str(p), artifact_path=artifact_path)
+
+    def log_dict(self, payload: Mapping[str, Any], name: str) -> None:
+        mlflow.log_dict(dict(payload), name)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        mlflow.set_tags({k: str(v) for k, v in tags.items()})
+
+
+@contextmanager
+def stage_run(
+    config: Mapping[str, Any],
+    *,
+    stage: str,
+    dataset: str | None = None,
+    inputs: Sequence[str | Path] = (),
+    uri: str | None = None,
+    experiment: str | None = None,
+) -> Iterator[StageRun]:
+    """Open an MLflow run for one stage execution; it ends FAILED if the body raises.
+
+    ``config`` is the resolved study config as plain dicts. ``uri`` and ``experiment`` default to
+    ``config["tracking"]``.
+    """
+    track = config.get("tracking", {})
+    uri = tracking_uri(uri or track.get("uri"))
+    experiment = experiment or track.get("experiment") or config.get("study") or "attnflow"
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment(experiment)
+    client = mlflow.MlflowClient(uri)
+    digest, per_file = inputs_md5(inputs)
+    tags = {
+        "stage": stage,
+        "dataset": dataset or "all",
+        "git_commit": _git_commit(),
+        "config_hash": config_hash(config),
+        "inputs_md5": digest,
+        "mlflow.runName": f"{stage}@{dataset}" if dataset else stage,
+    }
+    for env in ("DVC_EXP_NAME", "DVC_EXP_BASELINE_REV"):
+        if os.environ.get(env):
+            tags[env.lower()] = os.environ[env]
+    with mlflow.start_run(tags=tags) as run:
+        params = [Param(k, _param_value(v)) for k, v in sorted(flatten(config).items())]
+        for i in range(0, len(params), _BATCH):
+            client.log_batch(run.info.run_id, params=params[i : i + _BATCH])
+        if per_file:
+            mlflow.log_dict(per_file, "inputs.json")
+        yield StageRun(run, client, uri, experiment)
+
+
+def lightning_logger(stage: StageRun, **kwargs: Any):
+    """A Lightning ``MLFlowLogger`` that writes into the stage's run (no second run is made)."""
+    from pytorch_lightning.loggers import MLFlowLogger
+
+    return MLFlowLogger(experiment_name=stage.experiment, tracking_uri=stage.uri, run_id=stage.run_id,
+                        **kwargs)

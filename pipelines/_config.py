@@ -29,7 +29,9 @@ class ConfigError(ValueError):
     """The config is invalid; the message names the file and the key."""
 
 
-def compose(overrides: Sequence[str] = (), *, config_dir: Path = CONF_DIR, name: str = "config") -> DictConfig:
+def compose(
+    overrides: Sequence[str] = (), *, config_dir: Path = CONF_DIR, name: str = "config"
+) -> DictConfig:
     """Compose ``conf/`` with Hydra overrides, resolve it, and validate it."""
     with initialize_config_dir(config_dir=str(config_dir.resolve()), version_base="1.3"):
         cfg = hydra_compose(config_name=name, overrides=list(overrides))
@@ -55,8 +57,9 @@ def validate(cfg: DictConfig | dict, *, source: str = "config") -> DictConfig:
     for task in container["tasks"]:
         cls = container["attribution"]["gradient_class"][task]
         if cls not in ("predicted", "gold") and not str(cls).isdigit():
-            raise ConfigError(f"{source}: attribution.gradient_class.{task}={cls!r} is not predicted, "
-                              "gold or a class index")
+            raise ConfigError(
+                f"{source}: attribution.gradient_class.{task}={cls!r} is not predicted, gold or a class index"
+            )
     return merged
 
 

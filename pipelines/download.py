@@ -16,11 +16,16 @@ def run(cfg: DictConfig, task: str) -> None:
     dest = Path(cfg.paths.raw) / task
     with tracking.stage_run(_config.to_dict(cfg), stage="download", dataset=task) as mlrun:
         manifest = download(
-            task, dest, urls=list(data[task].urls), mirrors=list(data.mirrors), timeout_s=data.timeout_s,
+            task,
+            dest,
+            urls=list(data[task].urls),
+            mirrors=list(data.mirrors),
+            timeout_s=data.timeout_s,
             optional=lambda f: data.agreement.fetch_full_tsv or not f.relpath.endswith(".tsv"),
         )
-        mlrun.log_metrics({"files": len(manifest["files"]),
-                           "bytes": sum(f["bytes"] for f in manifest["files"].values())})
+        mlrun.log_metrics(
+            {"files": len(manifest["files"]), "bytes": sum(f["bytes"] for f in manifest["files"].values())}
+        )
         mlrun.log_artifact(dest / "download.json")
 
 

@@ -19,8 +19,14 @@ def run(cfg: DictConfig, task: str) -> None:
     with tracking.stage_run(_config.to_dict(cfg), stage="prepare", dataset=task, inputs=[raw]) as mlrun:
         if task == "agreement":
             opts = cfg.data.agreement
-            summary = prepare_agreement(raw, out, fractions=SplitFractions(**opts.split), seed=cfg.seed,
-                                        dedupe=opts.dedupe, min_count=opts.min_count)
+            summary = prepare_agreement(
+                raw,
+                out,
+                fractions=SplitFractions(**opts.split),
+                seed=cfg.seed,
+                dedupe=opts.dedupe,
+                min_count=opts.min_count,
+            )
         else:
             summary = prepare_sst2(raw, out)
         # The summary is a DVC metric: a copy lives under reports/, which git tracks.

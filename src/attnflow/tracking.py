@@ -91,10 +91,15 @@ def inputs_md5(paths: Sequence[str | Path]) -> tuple[str, dict[str, str]]:
 
 def _git_commit() -> str:
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                             timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return f"{sha}+dirty" if dirty else sha
@@ -121,8 +126,11 @@ class StageRun:
     def log_metrics(self, metrics: Mapping[str, Any], *, step: int | None = None, prefix: str = "") -> None:
         """Log every finite number of a (nested) dict as a metric named by its dotted path."""
         flat = flatten(metrics, prefix)
-        numeric = {k: float(v) for k, v in flat.items()
-                   if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
+        numeric = {
+            k: float(v)
+            for k, v in flat.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        }
         if numeric:
             mlflow.log_metrics(numeric, step=step)
 
@@ -186,5 +194,6 @@ def lightning_logger(stage: StageRun, **kwargs: Any):
     """A Lightning ``MLFlowLogger`` that writes into the stage's run (no second run is made)."""
     from pytorch_lightning.loggers import MLFlowLogger
 
-    return MLFlowLogger(experiment_name=stage.experiment, tracking_uri=stage.uri, run_id=stage.run_id,
-                        **kwargs)
+    return MLFlowLogger(
+        experiment_name=stage.experiment, tracking_uri=stage.uri, run_id=stage.run_id, **kwargs
+    )

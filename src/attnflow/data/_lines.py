@@ -14,7 +14,9 @@ class DataFormatError(ValueError):
     """A malformed input line; the message starts with ``file:line:``."""
 
 
-def read_fields(path: Path, n_fields: int, *, header: tuple[str, ...] | None = None) -> Iterator[tuple[int, list[str]]]:
+def read_fields(
+    path: Path, n_fields: int, *, header: tuple[str, ...] | None = None
+) -> Iterator[tuple[int, list[str]]]:
     """Yield (line number, fields) for every line of a UTF-8 TSV; blank final newline allowed.
 
     Raises :class:`DataFormatError` on bad encoding, a wrong field count, or a wrong header.
@@ -24,7 +26,9 @@ def read_fields(path: Path, n_fields: int, *, header: tuple[str, ...] | None = N
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise DataFormatError(f"{path}:{number}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+                raise DataFormatError(
+                    f"{path}:{number}: not valid UTF-8 ({exc.reason} at byte {exc.start})"
+                ) from None
             line = line.rstrip("\r\n")
             fields = line.split("\t")
             if number == 1 and header is not None:
@@ -32,8 +36,10 @@ def read_fields(path: Path, n_fields: int, *, header: tuple[str, ...] | None = N
                     raise DataFormatError(f"{path}:1: expected header {'<TAB>'.join(header)!r}, got {line!r}")
                 continue
             if len(fields) != n_fields:
-                raise DataFormatError(f"{path}:{number}: expected {n_fields} tab-separated fields, got "
-                                      f"{len(fields)}: {line[:80]!r}")
+                raise DataFormatError(
+                    f"{path}:{number}: expected {n_fields} tab-separated fields, got "
+                    f"{len(fields)}: {line[:80]!r}"
+                )
             yield number, fields
 
 
@@ -41,5 +47,10 @@ def length_stats(lengths: list[int] | np.ndarray) -> dict[str, float]:
     a = np.asarray(lengths, dtype=float)
     if a.size == 0:
         return {"min": 0, "mean": 0.0, "median": 0.0, "p95": 0.0, "max": 0}
-    return {"min": int(a.min()), "mean": round(float(a.mean()), 3), "median": float(np.median(a)),
-            "p95": float(np.percentile(a, 95)), "max": int(a.max())}
+    return {
+        "min": int(a.min()),
+        "mean": round(float(a.mean()), 3),
+        "median": float(np.median(a)),
+        "p95": float(np.percentile(a, 95)),
+        "max": int(a.max()),
+    }

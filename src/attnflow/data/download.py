@@ -188,7 +188,7 @@ def _from_url(url: str, wanted: Sequence[FileSpec], raw: Path, table, record, ti
     archive = _tmp_in(raw)
     try:
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (configured URL)
+            with urllib.request.urlopen(url, timeout=timeout) as resp:
                 length = resp.headers.get("Content-Length")
                 _copy(resp, archive, int(length) if length else None, PurePosixPath(url).name)
         except (urllib.error.URLError, OSError, ValueError) as exc:
@@ -231,6 +231,7 @@ def _from_url(url: str, wanted: Sequence[FileSpec], raw: Path, table, record, ti
 def _from_mirror(mirror: Path, wanted: Sequence[FileSpec], raw: Path, table, record) -> None:
     if not mirror.is_dir():
         raise _SourceFailed("no such folder")
+    refused = []
     for spec in wanted:
         src = mirror / spec.relpath
         if not src.is_file():
@@ -240,8 +241,12 @@ def _from_mirror(mirror: Path, wanted: Sequence[FileSpec], raw: Path, table, rec
             with open(src, "rb") as f:
                 _copy(f, tmp, src.stat().st_size, spec.relpath)
             _install(tmp, spec.relpath, raw, table, record, str(mirror))
+        except _SourceFailed as exc:  # one bad file does not spoil the others
+            refused.append(str(exc))
         finally:
             tmp.unlink(missing_ok=True)
+    if refused:
+        raise _SourceFailed("; ".join(refused))
 
 
 def download(
@@ -273,19 +278,30 @@ def download(
         if target.is_file():
             try:
                 sha, how = _verify(target, f.relpath, table)
-                record[f.relpath] = {"sha256": sha, "bytes": target.stat().st_size, "verified": how,
-                                     "source": "already present"}
+                record[f.relpath] = {
+                    "sha256": sha,
+                    "bytes": target.stat().st_size,
+                    "verified": how,
+                    "source": "already present",
+                }
             except _SourceFailed:
                 target.unlink()
 
     sources: list[tuple[str, Callable[[list[FileSpec]], None]]] = []
     for url in urls:
         base = PurePosixPath(url).name
-        sources.append((url, lambda missing, url=url, base=base: _from_url(
-            url, [m for m in missing if m.archive == base], raw, table, record, timeout_s)))
+        sources.append(
+            (
+                url,
+                lambda missing, url=url, base=base: _from_url(
+                    url, [m for m in missing if m.archive == base], raw, table, record, timeout_s
+                ),
+            )
+        )
     for mirror in mirror_dirs(map(str, mirrors)):
-        sources.append((str(mirror), lambda missing, mirror=mirror: _from_mirror(
-            mirror, missing, raw, table, record)))
+        sources.append(
+            (str(mirror), lambda missing, mirror=mirror: _from_mirror(mirror, missing, raw, table, record))
+        )
 
     for name, fetch in sources:
         missing = [f for f in wanted if f.relpath not in record]
@@ -305,11 +321,14 @@ def download(
     if lacking:
         tried = "\n  ".join(attempts) or "(no source configured)"
         raise DownloadError(f"{dataset}: could not obtain {', '.join(lacking)}. Sources tried:\n  {tried}")
-    manifest = {"dataset": dataset, "files": dict(sorted(record.items())), "attempts": attempts,
-                "missing_optional": sorted(f.relpath for f in wanted if f.relpath not in record)}
+    manifest = {
+        "dataset": dataset,
+        "files": dict(sorted(record.items())),
+        "attempts": attempts,
+        "missing_optional": sorted(f.relpath for f in wanted if f.relpath not in record),
+    }
     out = raw / "download.json"
     tmp = _tmp_in(out.parent)
     tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, out)
     return manifest
-

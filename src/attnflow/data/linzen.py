@@ -52,12 +52,14 @@ def read_numpred(path: Path, *, n_attractors: int = -1) -> pd.DataFrame:
             raise DataFormatError(f"{path}:{number}: empty prefix")
         texts.append(prefix)
         labels.append(LABELS[tag])
-    return pd.DataFrame({
-        "text": pd.Series(texts, dtype="string"),
-        "label": np.asarray(labels, dtype=np.int8),
-        "n_attractors": np.full(len(texts), n_attractors, dtype=np.int8),
-        "source": pd.Series([path.name] * len(texts), dtype="string"),
-    })
+    return pd.DataFrame(
+        {
+            "text": pd.Series(texts, dtype="string"),
+            "label": np.asarray(labels, dtype=np.int8),
+            "n_attractors": np.full(len(texts), n_attractors, dtype=np.int8),
+            "source": pd.Series([path.name] * len(texts), dtype="string"),
+        }
+    )
 
 
 def _find(folder: Path, *names: str) -> Path | None:
@@ -120,12 +122,16 @@ def prepare_agreement(
         mode = "official"
         splits = {"train": read_numpred(train_f), "val": read_numpred(val_f), "test": read_numpred(test_f)}
         # The attractor files are subsets of the test split: carry their counts over by (label, text).
-        known = pd.concat([read_numpred(p, n_attractors=k) for k, p in attractor_files.items()] or
-                          [splits["test"].iloc[:0]])
-        lookup = dict(zip(zip(known["label"], known["text"], strict=True), known["n_attractors"], strict=True))
+        known = pd.concat(
+            [read_numpred(p, n_attractors=k) for k, p in attractor_files.items()] or [splits["test"].iloc[:0]]
+        )
+        lookup = dict(
+            zip(zip(known["label"], known["text"], strict=True), known["n_attractors"], strict=True)
+        )
         test = splits["test"]
-        test["n_attractors"] = np.array([lookup.get(key, -1) for key in zip(test["label"], test["text"],
-                                                                             strict=True)], dtype=np.int8)
+        test["n_attractors"] = np.array(
+            [lookup.get(key, -1) for key in zip(test["label"], test["text"], strict=True)], dtype=np.int8
+        )
         n_dupes = 0
     else:
         mode = "pooled"
@@ -145,8 +151,13 @@ def prepare_agreement(
 
     vocab = Vocab.build((t.split() for t in splits["train"]["text"]), min_count=min_count)
     summary = _summary(
-        splits, task="agreement", split_mode=mode, seed=seed, duplicates_removed=n_dupes,
-        vocab_size=len(vocab), sources=sorted({str(s) for df in splits.values() for s in df["source"].unique()}),
+        splits,
+        task="agreement",
+        split_mode=mode,
+        seed=seed,
+        duplicates_removed=n_dupes,
+        vocab_size=len(vocab),
+        sources=sorted({str(s) for df in splits.values() for s in df["source"].unique()}),
     )
     out = Path(out)
     for name, df in splits.items():

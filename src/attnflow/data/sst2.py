@@ -36,7 +36,9 @@ def read_glue_tsv(path: Path, *, labelled: bool) -> pd.DataFrame:
         else:
             labels.append(UNLABELLED)
         texts.append(text)
-    return pd.DataFrame({"text": pd.Series(texts, dtype="string"), "label": np.asarray(labels, dtype=np.int8)})
+    return pd.DataFrame(
+        {"text": pd.Series(texts, dtype="string"), "label": np.asarray(labels, dtype=np.int8)}
+    )
 
 
 def prepare_sst2(raw: str | Path, out: str | Path) -> dict:
@@ -52,8 +54,11 @@ def prepare_sst2(raw: str | Path, out: str | Path) -> dict:
         lengths = df["text"].str.split().str.len().to_numpy()
         entry = {"n": len(df), "length_words": length_stats(lengths)}
         if name != "test":
-            entry |= {"negative": int((df["label"] == 0).sum()), "positive": int((df["label"] == 1).sum()),
-                      "positive_fraction": round(float(df["label"].mean()), 4)}
+            entry |= {
+                "negative": int((df["label"] == 0).sum()),
+                "positive": int((df["label"] == 1).sum()),
+                "positive_fraction": round(float(df["label"].mean()), 4),
+            }
         else:
             entry["labelled"] = False
         summary[name] = entry

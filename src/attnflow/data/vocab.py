@@ -55,8 +55,10 @@ class Vocab:
     def build(cls, sentences: Iterable[Sequence[str]], *, min_count: int = 1) -> Vocab:
         """Specials, then every word seen at least ``min_count`` times, by frequency then alphabet."""
         counts = Counter(w for words in sentences for w in words)
-        words = sorted((w for w, c in counts.items() if c >= min_count and w not in SPECIALS),
-                       key=lambda w: (-counts[w], w))
+        words = sorted(
+            (w for w, c in counts.items() if c >= min_count and w not in SPECIALS),
+            key=lambda w: (-counts[w], w),
+        )
         return cls(SPECIALS + tuple(words))
 
     def encode(self, text: str | Sequence[str], *, add_cls: bool = True) -> list[int]:

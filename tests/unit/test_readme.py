@@ -1,0 +1,27 @@
+"""The README's two commands: the test one is exactly what CI runs; the study one runs dvc repro."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bash_blocks() -> list[str]:
+    return re.findall(r"```bash\n(.*?)\n```", (ROOT / "README.md").read_text(), flags=re.S)
+
+
+def test_readme_opens_with_study_then_test_command():
+    study, tests = _bash_blocks()[:2]
+    assert study.endswith("&& dvc repro")
+    assert tests.endswith("&& python -m pytest")
+
+
+def test_ci_runs_the_readme_test_command():
+    ci_lines = [
+        ln
+        for ln in (ROOT / ".ci" / "run").read_text().splitlines()
+        if ln and not ln.startswith(("#", "set ", "cd "))
+    ]
+    assert ci_lines == [_bash_blocks()[1]]

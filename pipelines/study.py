@@ -1,0 +1,71 @@
+"""The whole study as one Hydra app, for sweeps: ``python -m pipelines.study -m seed=0,1,2``.
+
+Each job runs every stage in its own folder (``multirun/<study>/<overrides>/``), logs to the shared
+MLflow store, and writes the same files as ``dvc repro`` below that folder. When the sweep ends,
+:class:`AggregateSeeds` writes ``reports/sweep/aggregate.json`` (mean and spread of every cell over
+the jobs), which the report stage shows (``dvc repro -f report`` to refresh it). Launchers:
+``hydra/launcher=joblib`` (default, local processes) or ``hydra/launcher=cluster`` (SLURM).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.experimental.callback import Callback
+from hydra.utils import to_absolute_path
+from omegaconf import DictConfig, OmegaConf
+
+from pipelines import _config, attribute, capture, correlate, download, explain, prepare, train
+
+TASK_STAGES = (download, prepare, train, capture, explain, attribute, correlate)
+
+
+def localize(cfg: DictConfig) -> DictConfig:
+    """Make the paths that must be shared across jobs absolute (mirrors, the sqlite MLflow store)."""
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    cfg.data.mirrors = [to_absolute_path(m) for m in cfg.data.mirrors]
+    uri = cfg.tracking.uri
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        cfg.tracking.uri = "sqlite:///" + to_absolute_path(uri[len("sqlite:///") :])
+    return _config.validate(cfg)
+
+
+def run(cfg: DictConfig) -> None:
+    """Run every stage for every task in the current folder."""
+    _config.write(cfg, Path("params.yaml"))
+    for task in cfg.tasks:
+        for stage in TASK_STAGES:
+            stage.run(cfg, task)
+
+
+@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    run(localize(cfg))
+
+
+class AggregateSeeds(Callback):
+    """After a sweep: aggregate each task's correlations over the jobs into reports/sweep/."""
+
+    def __init__(self, out: str = "reports/sweep/aggregate.json") -> None:
+        self.out = out
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from attnflow.io import write_json
+        from attnflow.report.aggregate import aggregate_seeds
+
+        sweep = Path(config.hydra.sweep.dir)
+        jobs = sorted(p for p in sweep.iterdir() if (p / "params.yaml").is_file())
+        result: dict[str, Any] = {"jobs": [p.name for p in jobs]}
+        for task in config.tasks:
+            found = [p / config.paths.reports / task / "correlations.json" for p in jobs]
+            runs = [json.loads(f.read_text()) for f in found if f.is_file()]
+            if runs:
+                result[task] = aggregate_seeds(runs)
+        write_json(Path(to_absolute_path(self.out)), result)
+
+
+if __name__ == "__main__":
+    main()

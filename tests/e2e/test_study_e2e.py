@@ -1,0 +1,123 @@
+"""Every stage of the study on tiny data and tiny models, in a temporary folder, on the CPU."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnflow.io import load_ragged
+from pipelines import _config, compose
+from pipelines import study as study_entry
+
+WORDS = ["the", "dog", "dogs", "cat", "cats", "near", "of", "big", "NN", "NNS"]
+
+
+def _write_mirror(root: Path) -> Path:
+    """Tiny files in the ../shared/data layout: singular subjects -> VBZ, plural -> VBP."""
+    rng = random.Random(0)
+    folder = root / "linzen2016" / "rnn_agr_simple"
+    folder.mkdir(parents=True)
+    for name, k in (("numpred.val", None), ("numpred.test.1", 1)):
+        lines = []
+        for i in range(60):
+            plural = i % 2 == 1
+            subject = "dogs" if plural else "dog"
+            attractor = f" near the {'cat' if plural else 'cats'}" if k else ""
+            lines.append(f"{'VBP' if plural else 'VBZ'}\tthe {rng.choice(['big', 'NN'])} {subject}{attractor} {i}\n")
+        (folder / name).write_text("".join(lines))
+    glue = root / "sst2" / "glue_SST-2"
+    glue.mkdir(parents=True)
+    good, bad = ["good", "great", "fine"], ["bad", "awful", "dull"]
+
+    def rows(n: int) -> str:
+        return "".join(f"a {rng.choice(good if i % 2 else bad)} film {rng.choice(WORDS)} \t{i % 2}\n" for i in range(n))
+
+    (glue / "train.tsv").write_text("sentence\tlabel\n" + rows(48))
+    (glue / "dev.tsv").write_text("sentence\tlabel\n" + rows(12))
+    (glue / "test.tsv").write_text("index\tsentence\n" + "".join(f"{i}\ta fine film\n" for i in range(4)))
+    return root
+
+
+def _tiny_bert(folder: Path) -> Path:
+    """A randomly initialised 2-layer BERT with a word-level WordPiece vocabulary, saved locally."""
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+    folder.mkdir(parents=True)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "film", "good", "great", "fine", "bad", "awful",
+             "dull", *(w.lower() for w in WORDS)]
+    (folder / "vocab.txt").write_text("\n".join(dict.fromkeys(vocab)) + "\n")
+    BertTokenizerFast(vocab_file=str(folder / "vocab.txt")).save_pretrained(folder)
+    config = BertConfig(vocab_size=len(dict.fromkeys(vocab)), hidden_size=16, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=64, num_labels=2)
+    BertForSequenceClassification(config).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture()
+def tiny_study(tmp_path, monkeypatch):
+    mirror = _write_mirror(tmp_path / "mirror")
+    bert = _tiny_bert(tmp_path / "tiny-bert")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    overrides = [
+        f"data.mirrors=[{mirror}]", "data.agreement.urls=[]", "data.sst2.urls=[]",
+        "model.agreement.n_layer=2", "model.agreement.n_head=2", "model.agreement.n_embd=16",
+        f"model.sst2.pretrained={bert}",
+        "train.agreement.max_epochs=2", "train.agreement.batch_size=16", "train.agreement.max_time_minutes=null",
+        "train.sst2.max_epochs=1", "train.sst2.batch_size=8", "train.sst2.train_subset=null",
+        "train.sst2.val_size=8", "train.sst2.max_time_minutes=null",
+        "train.agreement.progress_bar=false", "train.sst2.progress_bar=false",
+        "capture.agreement.n_samples=10", "capture.sst2.n_samples=12", "correlate.n_boot=20",
+        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+    ]
+    compose.run(overrides, path=tmp_path / "params.yaml")
+    return tmp_path, _config.load(tmp_path / "params.yaml")
+
+
+def test_every_stage_runs_and_writes_its_outputs(tiny_study):
+    root, cfg = tiny_study
+    study_entry.run(cfg)
+    from pipelines import report
+
+    report.run(cfg)
+
+    for task, n in (("agreement", 10), ("sst2", 12)):
+        samples = pd.read_parquet(root / "outputs" / "capture" / task / "samples.parquet")
+        assert len(samples) == n
+        attn = load_ragged(root / "outputs" / "capture" / task / "attentions.safetensors")["attn"]
+        layers, heads = (2, 2)
+        for a, length in zip(attn, samples["length"], strict=True):
+            assert a.shape == (layers, heads, length, length)
+            np.testing.assert_allclose(a.astype(np.float64).sum(-1), 1.0, atol=2e-3)
+        maps = load_ragged(root / "outputs" / "explain" / task / "maps.safetensors")
+        for method in ("raw", "rollout", "flow"):
+            assert [m.shape for m in maps[method]] == [(layers, t) for t in samples["length"]]
+        importance = load_ragged(root / "outputs" / "attribute" / task / "importance.safetensors")
+        assert [len(v) for v in importance["blank_out"]] == samples["length"].tolist()
+        assert all(v[0] == 0 for v in importance["blank_out"])  # CLS is never blanked
+        corr = json.loads((root / "reports" / task / "correlations.json").read_text())
+        assert set(corr) == {"blank_out", "input_gradients"}
+        assert set(corr["blank_out"]) == {"raw", "rollout", "flow"}
+        assert set(corr["blank_out"]["flow"]) == {"L1", "L2"}
+        assert {"mean", "std", "ci_low", "ci_high", "n", "n_undefined"} <= set(corr["blank_out"]["flow"]["L1"])
+        assert (root / "reports" / task / "train_metrics.json").is_file()
+        assert (root / "models" / task / "model").is_dir()
+
+    metrics = json.loads((root / "reports" / "metrics.json").read_text())
+    assert set(metrics) == {"agreement", "sst2"}
+    assert (root / "reports" / "report.md").read_text().count("Table 1") >= 1
+
+    import mlflow
+
+    mlflow.set_tracking_uri(cfg.tracking.uri)
+    runs = mlflow.search_runs(experiment_names=[cfg.tracking.experiment])
+    stages = set(zip(runs["tags.stage"], runs["tags.dataset"], strict=True))
+    for stage in ("download", "prepare", "train", "capture", "explain", "attribute", "correlate"):
+        assert {(stage, "agreement"), (stage, "sst2")} <= stages
+    assert (runs["status"] == "FINISHED").all()
+    assert "metrics.corr/blank_out/flow/L1" in runs.columns

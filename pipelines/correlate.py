@@ -55,8 +55,7 @@ def run(cfg: DictConfig, task: str) -> None:
         rows = correlation_table(main, importance, n_boot=opts.n_boot, **options)
         head_rows = correlation_table(per_head, importance, n_boot=0, **options) if per_head else []
         write_json(reports / "correlations.json", nest(rows))
-        if head_rows:
-            write_json(reports / "correlations_per_head.json", nest(head_rows))
+        write_json(reports / "correlations_per_head.json", nest(head_rows))  # {} without per-head maps
         for kind in importance:
             write_text(reports / "curves" / f"{kind}.csv", curves_csv(rows, kind, list(main)))
         mlrun.log_metrics({f"corr/{r['importance']}/{r['explainer']}/L{r['layer']}": r["mean"] for r in rows})

@@ -54,17 +54,18 @@ class AggregateSeeds(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from attnflow.io import write_json
-        from attnflow.report.aggregate import aggregate_seeds
+        from attnflow.report.aggregate import sweep_payload
 
         sweep = Path(config.hydra.sweep.dir)
         jobs = sorted(p for p in sweep.iterdir() if (p / "params.yaml").is_file())
-        result: dict[str, Any] = {"jobs": [p.name for p in jobs]}
+        seeds = [int(OmegaConf.load(p / "params.yaml").seed) for p in jobs]
+        runs_by_task = {}
         for task in config.tasks:
             found = [p / config.paths.reports / task / "correlations.json" for p in jobs]
-            runs = [json.loads(f.read_text()) for f in found if f.is_file()]
-            if runs:
-                result[task] = aggregate_seeds(runs)
-        write_json(Path(to_absolute_path(self.out)), result)
+            runs_by_task[task] = [json.loads(f.read_text()) for f in found if f.is_file()]
+        payload = sweep_payload({t: r for t, r in runs_by_task.items() if r}, seeds)
+        payload["jobs"] = [p.name for p in jobs]
+        write_json(Path(to_absolute_path(self.out)), payload)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -35,8 +36,27 @@ def write_text(path: str | Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def _finite_or_null(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_or_null(v) for v in value]
+    return value
+
+
 def write_json(path: str | Path, payload: Any, *, default: Callable[[Any], Any] | None = None) -> None:
-    write_text(path, json.dumps(payload, indent=2, sort_keys=False, default=default) + "\n")
+    """Strict JSON (NaN and infinities become null, which every JSON reader accepts), atomically.
+
+    >>> import tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "m.json"
+    >>> write_json(p, {"rho": float("nan"), "n": [1, 2.5]})
+    >>> json.loads(p.read_text())
+    {'rho': None, 'n': [1, 2.5]}
+    """
+    text = json.dumps(_finite_or_null(payload), indent=2, default=default, allow_nan=False)
+    write_text(path, text + "\n")
 
 
 def save_ragged(path: str | Path, arrays: dict[str, list[np.ndarray]], *, metadata: dict[str, str] | None = None) -> None:

@@ -148,6 +148,25 @@ class StageRun:
         mlflow.set_tags({k: str(v) for k, v in tags.items()})
 
 
+class _DisabledRun(StageRun):
+    """What ``stage_run`` yields with ``tracking.enabled=false``: every call does nothing."""
+
+    def __init__(self) -> None:  # no MLflow run behind it
+        self.run_id = ""  # type: ignore[misc]
+
+    def log_metrics(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def log_artifact(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def log_dict(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def set_tags(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
 @contextmanager
 def stage_run(
     config: Mapping[str, Any],
@@ -164,6 +183,9 @@ def stage_run(
     ``config["tracking"]``.
     """
     track = config.get("tracking", {})
+    if not track.get("enabled", True):
+        yield _DisabledRun()
+        return
     uri = tracking_uri(uri or track.get("uri"))
     experiment = experiment or track.get("experiment") or config.get("study") or "attnflow"
     mlflow.set_tracking_uri(uri)
@@ -191,7 +213,12 @@ def stage_run(
 
 
 def lightning_logger(stage: StageRun, **kwargs: Any):
-    """A Lightning ``MLFlowLogger`` that writes into the stage's run (no second run is made)."""
+    """A Lightning ``MLFlowLogger`` that writes into the stage's run (no second run is made).
+
+    None when tracking is disabled.
+    """
+    if isinstance(stage, _DisabledRun):
+        return None
     from pytorch_lightning.loggers import MLFlowLogger
 
     return MLFlowLogger(

@@ -1,0 +1,135 @@
+"""The published numbers of Abnar & Zuidema (2020), Tables 1-3: the figures we compare against.
+
+These are the PAPER's numbers, copied from the paper (and ``shared/REPLICATION.md``), not ours.
+Each cell is ``(mean, std)`` of the per-sample Spearman correlation over the samples, by layer
+(1-based, as printed). Table 3 prints layers 1, 3, 5 and 6 only. The paper does not say whether
+the ± is the population or the sample std; the authors' code printed ``np.std`` (population).
+
+>>> TABLES[0].cells["flow"][3]
+(0.7, 0.25)
+>>> paper_cell("sst2", "input_gradients", "rollout", 6)
+(0.13, 0.2)
+>>> paper_cell("sst2", "input_gradients", "rollout", 2) is None
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = [
+    "AUTHORS_SETTINGS",
+    "PAPER_ACCURACY",
+    "SOURCE",
+    "TABLES",
+    "PaperTable",
+    "paper_cell",
+    "paper_table",
+]
+
+SOURCE = 'Abnar & Zuidema (2020), "Quantifying Attention Flow in Transformers", ACL'
+
+Cells = Mapping[str, Mapping[int, tuple[float, float]]]  # explainer -> layer -> (mean, std)
+
+
+@dataclass(frozen=True)
+class PaperTable:
+    """One published table: which task and importance score it compares with, and its cells."""
+
+    number: int
+    task: str
+    importance: str
+    caption: str
+    layers: tuple[int, ...]
+    cells: Cells
+
+
+def _row(*pairs: tuple[float, float], layers: tuple[int, ...]) -> dict[int, tuple[float, float]]:
+    return dict(zip(layers, pairs, strict=True))
+
+
+_L6 = (1, 2, 3, 4, 5, 6)
+_L3 = (1, 3, 5, 6)
+
+# fmt: off
+TABLES: tuple[PaperTable, ...] = (
+    PaperTable(
+        number=1,
+        task="agreement",
+        importance="blank_out",
+        caption="SpearmanR correlation of attention-based importance with blank-out scores, "
+        "2000 samples of the subject-verb agreement test set (verb number, Linzen et al. 2016)",
+        layers=_L6,
+        cells={
+            "raw": _row((0.69, 0.27), (0.10, 0.43), (-0.11, 0.49), (-0.09, 0.52), (0.20, 0.45), (0.29, 0.39), layers=_L6),
+            "rollout": _row((0.32, 0.26), (0.38, 0.27), (0.51, 0.26), (0.62, 0.26), (0.70, 0.25), (0.71, 0.24), layers=_L6),
+            "flow": _row((0.32, 0.26), (0.44, 0.29), (0.70, 0.25), (0.70, 0.22), (0.71, 0.22), (0.70, 0.22), layers=_L6),
+        },
+    ),
+    PaperTable(
+        number=2,
+        task="agreement",
+        importance="input_gradients",
+        caption="SpearmanR correlation of attention-based importance with input gradients, "
+        "2000 samples of the subject-verb agreement test set",
+        layers=_L6,
+        cells={
+            "raw": _row((0.53, 0.33), (0.16, 0.38), (-0.06, 0.42), (0.00, 0.47), (0.24, 0.40), (0.46, 0.35), layers=_L6),
+            "rollout": _row((0.22, 0.31), (0.27, 0.32), (0.39, 0.32), (0.47, 0.32), (0.53, 0.32), (0.54, 0.31), layers=_L6),
+            "flow": _row((0.22, 0.31), (0.31, 0.34), (0.54, 0.32), (0.61, 0.28), (0.60, 0.28), (0.61, 0.28), layers=_L6),
+        },
+    ),
+    PaperTable(
+        number=3,
+        task="sst2",
+        importance="input_gradients",
+        caption="SpearmanR correlation of attention-based importance with input gradients, "
+        "DistilBERT fine-tuned on SST-2 (the paper: 100 samples)",
+        layers=_L3,
+        cells={
+            "raw": _row((0.12, 0.21), (0.09, 0.21), (0.08, 0.20), (0.09, 0.21), layers=_L3),
+            "rollout": _row((0.11, 0.19), (0.12, 0.21), (0.13, 0.21), (0.13, 0.20), layers=_L3),
+            "flow": _row((0.11, 0.19), (0.11, 0.21), (0.12, 0.22), (0.14, 0.21), layers=_L3),
+        },
+    ),
+)
+# fmt: on
+
+# The model accuracy the paper reports (agreement only; no SST-2 accuracy is given).
+PAPER_ACCURACY: dict[str, float] = {"agreement": 0.96}
+
+# What the authors' code did, per config switch (from shared/REPLICATION.md), shown beside ours.
+AUTHORS_SETTINGS: dict[str, str] = {
+    "explain.residual": "0.5",
+    "explain.heads": "mean",
+    "explain.rows.agreement": "cls",
+    "explain.rows.sst2": "max",
+    "attribution.blank_token": "pad",
+    "attribution.gradient_target.agreement": "p0_minus_p1",
+    "attribution.gradient_target.sst2": "logit (positive class; GLUE test labels are hidden)",
+    "attribution.gradient_reduction": "abs_sum",
+    "correlate.spearman": "dense_noties",
+    "correlate.undefined": "zero",
+    "correlate.include_cls.blank_out": "False",
+    "correlate.include_cls.input_gradients": "True",
+    "capture.agreement.n_samples": "2000",
+    "capture.sst2.split": "test (GLUE, unlabelled)",
+    "capture.sst2.n_samples": "101 (paper: 100)",
+}
+
+
+def paper_table(task: str, importance: str) -> PaperTable | None:
+    """The published table for ``(task, importance)``, or None (e.g. SST-2 vs blank-out)."""
+    for table in TABLES:
+        if (table.task, table.importance) == (task, importance):
+            return table
+    return None
+
+
+def paper_cell(task: str, importance: str, explainer: str, layer: int) -> tuple[float, float] | None:
+    """``(mean, std)`` the paper printed for that cell, or None where it printed none."""
+    table = paper_table(task, importance)
+    if table is None:
+        return None
+    return table.cells.get(explainer, {}).get(layer)

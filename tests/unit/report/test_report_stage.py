@@ -1,0 +1,29 @@
+"""The report stage adapter: one MLflow run, every table cell a metric, the report files as artifacts."""
+
+from __future__ import annotations
+
+import mlflow
+
+from pipelines import _config
+from pipelines import report as report_stage
+
+
+def test_stage_logs_cells_and_artifacts(tmp_path, monkeypatch, make_stage_outputs):
+    monkeypatch.chdir(tmp_path)  # MLflow's artifact folder lands under the working directory
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    make_stage_outputs(tmp_path, tasks=("agreement",))
+    overrides = ["tasks=[agreement]", "paths.reports=reports", "paths.outputs=outputs", "report.n_examples=1"]
+    cfg = _config.compose(overrides)
+    report_stage.run(cfg)
+    client = mlflow.MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name(cfg.tracking.experiment).experiment_id])
+    assert run.data.tags["stage"] == "report"
+    metrics = run.data.metrics
+    assert metrics["agreement/corr/blank_out/raw/L1"] == 0.59
+    assert metrics["agreement/accuracy"] == 0.9375
+    assert sum(k.startswith("agreement/corr/") for k in metrics) == 2 * 3 * 6
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"report.md", "report.html", "metrics.json", "comparison.csv", "figures"} <= artifacts
+    figures = {a.path for a in client.list_artifacts(run.info.run_id, "figures")}
+    assert "figures/curves_agreement_blank_out.png" in figures

@@ -28,21 +28,45 @@ def run(cfg: DictConfig, task: str) -> None:
     split = Path(cfg.paths.prepared) / task / f"{opts[task].split}.parquet"
     model_dir = Path(cfg.paths.models) / task / "model"
     out = Path(cfg.paths.outputs) / "capture" / task
-    with tracking.stage_run(_config.to_dict(cfg), stage="capture", dataset=task, inputs=[split, model_dir]) as mlrun:
+    with tracking.stage_run(
+        _config.to_dict(cfg), stage="capture", dataset=task, inputs=[split, model_dir]
+    ) as mlrun:
         model, encoder = load_classifier(model_dir)
-        samples = select_samples(pd.read_parquet(split), opts[task].n_samples, cfg.seed).reset_index(drop=True)
-        got = capture(model, encoder, samples["text"].tolist(), batch_size=opts.batch_size,
-                      max_length=opts.max_length, dtype=np.dtype(opts.dtype))
-        samples = samples.assign(tokens=got.tokens, input_ids=[ids.tolist() for ids in got.input_ids],
-                                 length=got.lengths, pred=got.predictions.astype(np.int8),
-                                 probs=[p.tolist() for p in got.probs])
+        samples = select_samples(pd.read_parquet(split), opts[task].n_samples, cfg.seed).reset_index(
+            drop=True
+        )
+        got = capture(
+            model,
+            encoder,
+            samples["text"].tolist(),
+            batch_size=opts.batch_size,
+            max_length=opts.max_length,
+            dtype=np.dtype(opts.dtype),
+        )
+        samples = samples.assign(
+            tokens=got.tokens,
+            input_ids=[ids.tolist() for ids in got.input_ids],
+            length=got.lengths,
+            pred=got.predictions.astype(np.int8),
+            probs=[p.tolist() for p in got.probs],
+        )
         with atomic_path(out / "samples.parquet") as tmp:
             samples.to_parquet(tmp, index=False)
-        save_ragged(out / "attentions.safetensors", {"attn": got.attentions}, metadata={"axes": "layer,head,query,key"})
+        save_ragged(
+            out / "attentions.safetensors",
+            {"attn": got.attentions},
+            metadata={"axes": "layer,head,query,key"},
+        )
         labelled = samples["label"] >= 0
-        mlrun.log_metrics({"n_samples": len(samples), "mean_length": float(samples["length"].mean()),
-                           "accuracy": float((samples["pred"] == samples["label"])[labelled].mean())
-                           if labelled.any() else float("nan")})
+        mlrun.log_metrics(
+            {
+                "n_samples": len(samples),
+                "mean_length": float(samples["length"].mean()),
+                "accuracy": float((samples["pred"] == samples["label"])[labelled].mean())
+                if labelled.any()
+                else float("nan"),
+            }
+        )
 
 
 if __name__ == "__main__":

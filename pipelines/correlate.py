@@ -42,16 +42,22 @@ def run(cfg: DictConfig, task: str) -> None:
     explained = Path(cfg.paths.outputs) / "explain" / task / "maps.safetensors"
     importance_file = Path(cfg.paths.outputs) / "attribute" / task / "importance.safetensors"
     reports = Path(cfg.paths.reports) / task
-    with tracking.stage_run(_config.to_dict(cfg), stage="correlate", dataset=task,
-                            inputs=[explained, importance_file]) as mlrun:
+    with tracking.stage_run(
+        _config.to_dict(cfg), stage="correlate", dataset=task, inputs=[explained, importance_file]
+    ) as mlrun:
         maps = load_ragged(explained)
         importance = load_ragged(importance_file)
         exclude = {kind: () if opts.include_cls[kind] else (0,) for kind in importance}
         main = {m: maps[m] for m in cfg.explain.methods}
-        per_head = {f"{m}@h{h}": [a[:, h] for a in maps[f"{m}_heads"]]
-                    for m in cfg.explain.methods if f"{m}_heads" in maps
-                    for h in range(maps[f"{m}_heads"][0].shape[1])}
-        options = dict(exclude=exclude, method=opts.spearman, undefined=opts.undefined, ci=opts.ci, seed=cfg.seed)
+        per_head = {
+            f"{m}@h{h}": [a[:, h] for a in maps[f"{m}_heads"]]
+            for m in cfg.explain.methods
+            if f"{m}_heads" in maps
+            for h in range(maps[f"{m}_heads"][0].shape[1])
+        }
+        options = dict(
+            exclude=exclude, method=opts.spearman, undefined=opts.undefined, ci=opts.ci, seed=cfg.seed
+        )
         rows = correlation_table(main, importance, n_boot=opts.n_boot, **options)
         head_rows = correlation_table(per_head, importance, n_boot=0, **options) if per_head else []
         write_json(reports / "correlations.json", nest(rows))

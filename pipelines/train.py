@@ -21,8 +21,13 @@ def run(cfg: DictConfig, task: str) -> None:
     out_dir = Path(cfg.paths.models) / task
     with tracking.stage_run(_config.to_dict(cfg), stage="train", dataset=task, inputs=[data_dir]) as mlrun:
         metrics = train_task(
-            task, data_dir=data_dir, out_dir=out_dir, model_cfg=_config.to_dict(cfg.model[task]),
-            train_cfg=_config.to_dict(cfg.train[task]), seed=cfg.seed, logger=tracking.lightning_logger(mlrun),
+            task,
+            data_dir=data_dir,
+            out_dir=out_dir,
+            model_cfg=_config.to_dict(cfg.model[task]),
+            train_cfg=_config.to_dict(cfg.train[task]),
+            seed=cfg.seed,
+            logger=tracking.lightning_logger(mlrun),
         )
         reports = Path(cfg.paths.reports) / task
         for name, target in REPORTED.items():

@@ -8,7 +8,8 @@ fail at start with the key's name. ``CHOICES`` lists the values a string switch 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from attnflow.lit.config import AgreementModelConfig, AgreementTrainConfig, SST2ModelConfig, SST2TrainConfig
 
 MISSING = "???"
 
@@ -123,11 +124,23 @@ class TrackingConfig:
 
 
 @dataclass
+class ModelConfig:
+    agreement: AgreementModelConfig = field(default_factory=AgreementModelConfig)
+    sst2: SST2ModelConfig = field(default_factory=SST2ModelConfig)
+
+
+@dataclass
+class TrainGroupConfig:
+    agreement: AgreementTrainConfig = field(default_factory=AgreementTrainConfig)
+    sst2: SST2TrainConfig = field(default_factory=SST2TrainConfig)
+
+
+@dataclass
 class StudyConfig:
     paths: PathsConfig = field(default_factory=PathsConfig)
     data: DataConfig = field(default_factory=DataConfig)
-    model: dict[str, Any] = field(default_factory=dict)
-    train: dict[str, Any] = field(default_factory=dict)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainGroupConfig = field(default_factory=TrainGroupConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
     explain: ExplainConfig = field(default_factory=ExplainConfig)
     attribution: AttributionConfig = field(default_factory=AttributionConfig)

@@ -22,20 +22,24 @@ def _write_mirror(root: Path) -> Path:
     rng = random.Random(0)
     folder = root / "linzen2016" / "rnn_agr_simple"
     folder.mkdir(parents=True)
-    for name, k in (("numpred.val", None), ("numpred.test.1", 1)):
+    for name, k, n in (("numpred.val", None, 60), *((f"numpred.test.{k}", k, 12) for k in range(1, 6))):
         lines = []
-        for i in range(60):
+        for i in range(n):
             plural = i % 2 == 1
             subject = "dogs" if plural else "dog"
             attractor = f" near the {'cat' if plural else 'cats'}" if k else ""
-            lines.append(f"{'VBP' if plural else 'VBZ'}\tthe {rng.choice(['big', 'NN'])} {subject}{attractor} {i}\n")
+            lines.append(
+                f"{'VBP' if plural else 'VBZ'}\tthe {rng.choice(['big', 'NN'])} {subject}{attractor} {i}\n"
+            )
         (folder / name).write_text("".join(lines))
     glue = root / "sst2" / "glue_SST-2"
     glue.mkdir(parents=True)
     good, bad = ["good", "great", "fine"], ["bad", "awful", "dull"]
 
     def rows(n: int) -> str:
-        return "".join(f"a {rng.choice(good if i % 2 else bad)} film {rng.choice(WORDS)} \t{i % 2}\n" for i in range(n))
+        return "".join(
+            f"a {rng.choice(good if i % 2 else bad)} film {rng.choice(WORDS)} \t{i % 2}\n" for i in range(n)
+        )
 
     (glue / "train.tsv").write_text("sentence\tlabel\n" + rows(48))
     (glue / "dev.tsv").write_text("sentence\tlabel\n" + rows(12))
@@ -48,12 +52,33 @@ def _tiny_bert(folder: Path) -> Path:
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
     folder.mkdir(parents=True)
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "film", "good", "great", "fine", "bad", "awful",
-             "dull", *(w.lower() for w in WORDS)]
+    vocab = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        "a",
+        "film",
+        "good",
+        "great",
+        "fine",
+        "bad",
+        "awful",
+        "dull",
+        *(w.lower() for w in WORDS),
+    ]
     (folder / "vocab.txt").write_text("\n".join(dict.fromkeys(vocab)) + "\n")
     BertTokenizerFast(vocab_file=str(folder / "vocab.txt")).save_pretrained(folder)
-    config = BertConfig(vocab_size=len(dict.fromkeys(vocab)), hidden_size=16, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=64, num_labels=2)
+    config = BertConfig(
+        vocab_size=len(dict.fromkeys(vocab)),
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+        num_labels=2,
+    )
     BertForSequenceClassification(config).save_pretrained(folder)
     return folder
 
@@ -62,17 +87,32 @@ def _tiny_bert(folder: Path) -> Path:
 def tiny_study(tmp_path, monkeypatch):
     mirror = _write_mirror(tmp_path / "mirror")
     bert = _tiny_bert(tmp_path / "tiny-bert")
+    from attnflow.data import download
+
+    monkeypatch.setattr(download, "known_digests", dict)  # fixture files: digests recorded, not checked
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     overrides = [
-        f"data.mirrors=[{mirror}]", "data.agreement.urls=[]", "data.sst2.urls=[]",
-        "model.agreement.n_layer=2", "model.agreement.n_head=2", "model.agreement.n_embd=16",
+        f"data.mirrors=[{mirror}]",
+        "data.agreement.urls=[]",
+        "data.sst2.urls=[]",
+        "model.agreement.n_layer=2",
+        "model.agreement.n_head=2",
+        "model.agreement.n_embd=16",
         f"model.sst2.pretrained={bert}",
-        "train.agreement.max_epochs=2", "train.agreement.batch_size=16", "train.agreement.max_time_minutes=null",
-        "train.sst2.max_epochs=1", "train.sst2.batch_size=8", "train.sst2.train_subset=null",
-        "train.sst2.val_size=8", "train.sst2.max_time_minutes=null",
-        "train.agreement.progress_bar=false", "train.sst2.progress_bar=false",
-        "capture.agreement.n_samples=10", "capture.sst2.n_samples=12", "correlate.n_boot=20",
+        "train.agreement.max_epochs=2",
+        "train.agreement.batch_size=16",
+        "train.agreement.max_time_minutes=null",
+        "train.sst2.max_epochs=1",
+        "train.sst2.batch_size=8",
+        "train.sst2.train_subset=null",
+        "train.sst2.val_size=8",
+        "train.sst2.max_time_minutes=null",
+        "train.agreement.progress_bar=false",
+        "train.sst2.progress_bar=false",
+        "capture.agreement.n_samples=6",
+        "capture.sst2.n_samples=12",
+        "correlate.n_boot=20",
         f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
     ]
     compose.run(overrides, path=tmp_path / "params.yaml")
@@ -86,7 +126,7 @@ def test_every_stage_runs_and_writes_its_outputs(tiny_study):
 
     report.run(cfg)
 
-    for task, n in (("agreement", 10), ("sst2", 12)):
+    for task, n in (("agreement", 6), ("sst2", 12)):
         samples = pd.read_parquet(root / "outputs" / "capture" / task / "samples.parquet")
         assert len(samples) == n
         attn = load_ragged(root / "outputs" / "capture" / task / "attentions.safetensors")["attn"]
@@ -104,7 +144,9 @@ def test_every_stage_runs_and_writes_its_outputs(tiny_study):
         assert set(corr) == {"blank_out", "input_gradients"}
         assert set(corr["blank_out"]) == {"raw", "rollout", "flow"}
         assert set(corr["blank_out"]["flow"]) == {"L1", "L2"}
-        assert {"mean", "std", "ci_low", "ci_high", "n", "n_undefined"} <= set(corr["blank_out"]["flow"]["L1"])
+        assert {"mean", "std", "ci_low", "ci_high", "n", "n_undefined"} <= set(
+            corr["blank_out"]["flow"]["L1"]
+        )
         assert (root / "reports" / task / "train_metrics.json").is_file()
         assert (root / "models" / task / "model").is_dir()
 

@@ -101,7 +101,7 @@ def pad_batch(rows: Sequence[np.ndarray], pad_id: int) -> tuple[torch.Tensor, to
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.as_tensor(np.asarray(r), dtype=torch.long)
+        ids[i, : len(r)] = torch.tensor(np.asarray(r), dtype=torch.long)
         mask[i, : len(r)] = 1
     return ids, mask
 

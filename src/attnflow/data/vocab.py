@@ -28,8 +28,8 @@ class Vocab:
 
     >>> v = Vocab.build([["the", "dog"], ["the", "cats"]], min_count=1)
     >>> v.encode("the dog barks")
-    [2, 4, 5, 1]
-    >>> v.decode([2, 4, 5, 1])
+    [2, 4, 6, 1]
+    >>> v.decode([2, 4, 6, 1])
     ['<cls>', 'the', 'dog', '<unk>']
     """
 

@@ -1,0 +1,48 @@
+"""attnflow.explain: raw attention, attention rollout and attention flow (Abnar & Zuidema 2020).
+
+Pure functions, arrays in and arrays out (numpy in -> numpy out, torch in -> torch out, same float
+dtype and device; computed in float64 on the CPU). Inputs are attention probabilities with the
+axis order
+
+    [batch, layer, head, query, key]    (one sample: [layer, head, query, key])
+
+and variable-length batches say which positions are real with `lengths` (batch,) or a boolean
+`mask` (batch, key); padded positions get exactly 0 in every output. Invalid input raises
+ValueError naming the rule it breaks. Conventions (the authors' code): heads are averaged, then
+A = (1 - residual) W + residual I with rows re-normalised (residual = 0.5); "raw" is W itself.
+
+>>> import numpy as np
+>>> from attnflow.explain import attention_flow, attention_rollout, raw_attention
+>>> attn = np.array([[[[1.0, 0.0], [0.5, 0.5]]], [[[0.5, 0.5], [0.0, 1.0]]]])  # (2, 1, 2, 2)
+>>> attention_rollout(attn, residual=0.0)[-1, 0].tolist()
+[0.75, 0.25]
+>>> attention_flow(attn, residual=0.0, sources=[0])[-1, 0].round(4).tolist()
+[0.6667, 0.3333]
+"""
+
+from typing import Any
+
+from .flow import attention_flow
+from .heads import head_flow, head_rollout
+from .raw import raw_attention
+from .registry import EXPLAINERS, Explainer
+from .rollout import attention_rollout
+from .rows import select_rows
+
+# The axis order of every attention input (a 4-d input is one sample, without "batch").
+AXES = ("batch", "layer", "head", "query", "key")
+# numpy.ndarray or torch.Tensor of attention probabilities, axes AXES.
+Attention = Any
+
+__all__ = [
+    "AXES",
+    "EXPLAINERS",
+    "Attention",
+    "Explainer",
+    "attention_flow",
+    "attention_rollout",
+    "head_flow",
+    "head_rollout",
+    "raw_attention",
+    "select_rows",
+]

@@ -1,0 +1,116 @@
+"""EXPLAINERS: the explanation methods by name, all callable the same way (for the pipeline).
+
+Every entry is fn(attn, *, residual=0.5, heads="mean", rows=None, lengths=None, mask=None) and
+returns, per layer, a token-attribution map [..., layer, query, key] (numpy in -> numpy out,
+torch in -> torch out): entry [l, i, j] is how much input token j is attributed to position i at
+layer l (0-based; l = 0 is the paper's L1). rows=[0] returns only the CLS row(s),
+[..., layer, len(rows), key] -- the cheap path for flow, whose cost grows with the rows asked for.
+Padded positions (lengths / mask) are 0. Then reduce rows with `select_rows`.
+
+- "raw": head-aggregated attention W(l) (no residual: `residual` is validated and ignored).
+- "rollout": Ã(l) = A(l) Ã(l-1), A = (1 - residual) W + residual I; rows sum to 1.
+- "flow": max-flow value from node (l+1, i) to input node (0, j), each row normalised to sum 1.
+
+>>> import numpy as np
+>>> attn = np.array([[[[1.0, 0.0], [0.5, 0.5]]], [[[0.5, 0.5], [0.0, 1.0]]]])  # (2, 1, 2, 2)
+>>> {name: fn(attn, residual=0.0, rows=[0])[1, 0].round(4).tolist() for name, fn in EXPLAINERS.items()}
+{'raw': [0.5, 0.5], 'rollout': [0.75, 0.25], 'flow': [0.6667, 0.3333]}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ._common import check_positions, check_residual, valid_positions
+from .flow import attention_flow
+from .raw import raw_attention
+from .rollout import attention_rollout
+
+__all__ = ["EXPLAINERS", "Explainer"]
+
+# fn(attn, *, residual, heads, rows, lengths, mask) -> [..., layer, query (or len(rows)), key]
+Explainer = Callable[..., Any]
+
+
+def _rows_index(attn: Any, rows: int | list[int] | None, lengths: Any, mask: Any) -> np.ndarray | None:
+    """Check the rows asked for: in range, and a real token of every sample."""
+    if rows is None:
+        return None
+    shape = attn.shape if hasattr(attn, "shape") else np.shape(attn)
+    tokens = shape[-1]
+    idx = check_positions(rows, "rows", tokens, f"the input has {tokens} query rows")
+    if (lengths is not None or mask is not None) and len(shape) == 5:
+        valid = valid_positions(lengths, mask, shape[0], tokens)  # (B, T)
+        if not valid[:, idx].all():
+            b, r = np.argwhere(~valid[:, idx])[0]
+            raise ValueError(f"rows index {int(idx[r])} out of range: it is padding in sample {int(b)}")
+    return idx
+
+
+def _take_rows(maps: Any, idx: np.ndarray | None) -> Any:
+    """maps [..., layer, query, key] -> [..., layer, len(idx), key]; None keeps every row."""
+    if idx is None:
+        return maps
+    if hasattr(maps, "index_select"):  # torch
+        import torch
+
+        return maps.index_select(-2, torch.as_tensor(idx, device=maps.device))
+    return maps[..., idx, :]
+
+
+def raw_map(
+    attn: Any,
+    *,
+    residual: float = 0.5,
+    heads: str | int = "mean",
+    rows: int | list[int] | None = None,
+    lengths: Any = None,
+    mask: Any = None,
+) -> Any:
+    """Raw attention per layer, [..., layer, query, key]; `residual` is checked but not applied
+    (the paper's raw attention has no residual)."""
+    check_residual(residual)
+    idx = _rows_index(attn, rows, lengths, mask)
+    return _take_rows(raw_attention(attn, heads=heads, lengths=lengths, mask=mask), idx)
+
+
+def rollout_map(
+    attn: Any,
+    *,
+    residual: float = 0.5,
+    heads: str | int = "mean",
+    rows: int | list[int] | None = None,
+    lengths: Any = None,
+    mask: Any = None,
+) -> Any:
+    """Attention rollout up to every layer, [..., layer, query, key]; rows sum to 1."""
+    idx = _rows_index(attn, rows, lengths, mask)
+    maps = attention_rollout(attn, residual=residual, heads=heads, lengths=lengths, mask=mask)
+    return _take_rows(maps, idx)
+
+
+def flow_map(
+    attn: Any,
+    *,
+    residual: float = 0.5,
+    heads: str | int = "mean",
+    rows: int | list[int] | None = None,
+    lengths: Any = None,
+    mask: Any = None,
+) -> Any:
+    """Attention flow from (layer l, query i) to input j, each row normalised to sum 1.
+
+    rows=[0] computes the CLS rows only (cost grows with the number of rows)."""
+    idx = _rows_index(attn, rows, lengths, mask)
+    sources = None if idx is None else idx.tolist()
+    return attention_flow(attn, residual=residual, heads=heads, sources=sources, lengths=lengths, mask=mask)
+
+
+EXPLAINERS: dict[str, Explainer] = {
+    "raw": raw_map,
+    "rollout": rollout_map,
+    "flow": flow_map,
+}

@@ -25,3 +25,17 @@ def test_ci_runs_the_readme_test_command():
         if ln and not ln.startswith(("#", "set ", "cd "))
     ]
     assert ci_lines == [_bash_blocks()[1]]
+
+
+def test_readme_library_snippet_prints_what_it_shows(capsys):
+    """The ```python block runs, and every printed line equals the comment lines shown under it."""
+    (code,) = re.findall(r"```python\n(.*?)\n```", (ROOT / "README.md").read_text(), flags=re.S)
+    exec(compile(code, "README.md", "exec"), {})
+    printed = [ln.strip() for ln in capsys.readouterr().out.splitlines()]
+    shown = []
+    for line in code.splitlines():
+        if line.startswith("# ") and not line.startswith("# one input") and not line.startswith("# a padded"):
+            shown.append(line[2:].strip())
+        elif "print(maps.shape)" in line:
+            shown.append(line.split("#")[1].strip())
+    assert printed == shown

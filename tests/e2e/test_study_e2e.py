@@ -13,6 +13,7 @@ import pytest
 from attnflow.io import load_ragged
 from pipelines import _config, compose
 from pipelines import study as study_entry
+from tests._tiny import make_tiny_bert
 
 WORDS = ["the", "dog", "dogs", "cat", "cats", "near", "of", "big", "NN", "NNS"]
 
@@ -47,46 +48,13 @@ def _write_mirror(root: Path) -> Path:
     return root
 
 
-def _tiny_bert(folder: Path) -> Path:
-    """A randomly initialised 2-layer BERT with a word-level WordPiece vocabulary, saved locally."""
-    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
-
-    folder.mkdir(parents=True)
-    vocab = [
-        "[PAD]",
-        "[UNK]",
-        "[CLS]",
-        "[SEP]",
-        "[MASK]",
-        "a",
-        "film",
-        "good",
-        "great",
-        "fine",
-        "bad",
-        "awful",
-        "dull",
-        *(w.lower() for w in WORDS),
-    ]
-    (folder / "vocab.txt").write_text("\n".join(dict.fromkeys(vocab)) + "\n")
-    BertTokenizerFast(vocab_file=str(folder / "vocab.txt")).save_pretrained(folder)
-    config = BertConfig(
-        vocab_size=len(dict.fromkeys(vocab)),
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=64,
-        num_labels=2,
-    )
-    BertForSequenceClassification(config).save_pretrained(folder)
-    return folder
-
-
 @pytest.fixture()
 def tiny_study(tmp_path, monkeypatch):
     mirror = _write_mirror(tmp_path / "mirror")
-    bert = _tiny_bert(tmp_path / "tiny-bert")
+    bert = make_tiny_bert(
+        tmp_path / "tiny-bert",
+        words=["a", "film", "good", "great", "fine", "bad", "awful", "dull", *(w.lower() for w in WORDS)],
+    )
     from attnflow.data import download
 
     monkeypatch.setattr(download, "known_digests", dict)  # fixture files: digests recorded, not checked

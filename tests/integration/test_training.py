@@ -238,25 +238,7 @@ def test_logger_receives_params_and_final_metrics(agreement_data, tmp_path):
 
 # --- SST-2 ----------------------------------------------------------------------------------
 
-BERT_WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "movie", "the", "very", "not", "a"]
-
-
-def _tiny_bert(directory: Path) -> Path:
-    from transformers import BertConfig, BertForSequenceClassification, BertTokenizer
-
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=len(BERT_WORDS),
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=32,
-        num_labels=2,
-    )
-    BertForSequenceClassification(config).save_pretrained(directory)
-    BertTokenizer(vocab={w: i for i, w in enumerate(BERT_WORDS)}).save_pretrained(directory)
-    return directory
+from tests._tiny import make_tiny_bert as _tiny_bert  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,34 @@
+"""Tiny models shared by the tests (a random 2-layer BERT saved like a Hugging Face checkpoint)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+BERT_WORDS = [*SPECIAL, "good", "bad", "movie", "the", "very", "not", "a"]
+
+
+def make_tiny_bert(
+    directory: Path, *, words: Sequence[str] = BERT_WORDS, with_tokenizer: bool = True
+) -> Path:
+    """A random BertForSequenceClassification (2 layers, 2 heads, width 16) saved to ``directory``."""
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizer
+
+    words = list(dict.fromkeys([*SPECIAL, *words]))
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=len(words),
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+        num_labels=2,
+    )
+    BertForSequenceClassification(config).save_pretrained(directory)
+    if with_tokenizer:
+        BertTokenizer(vocab={w: i for i, w in enumerate(words)}).save_pretrained(directory)
+    return directory

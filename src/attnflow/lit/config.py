@@ -69,14 +69,15 @@ class TrainConfig:
 
 @dataclass
 class AgreementTrainConfig(TrainConfig):
-    # measured on a 61k-prefix split: val_acc plateaus (~0.91) from epoch 3; 24 min on the shared 2-core CPU
-    max_epochs: int = 10
+    # measured on the 61k-prefix mirror split: val_acc plateaus (~0.91) from epoch 3, best at epoch 6 of 10;
+    # dropout 0.3 over 6 epochs reached the same test accuracy (0.914), so the ceiling is the data
+    max_epochs: int = 6
     batch_size: int = 128
     lr: float = 1.5e-3
     weight_decay: float = 0.1  # nanoGPT's value; many epochs over ~61k prefixes
     warmup_ratio: float = 0.05
     patience: int = 5
-    max_time_minutes: float | None = 28.0  # the 30-minute CPU budget, minus evaluation and export
+    max_time_minutes: float | None = None  # epochs bound the time; a clock cap would make results machine-dependent
 
 
 @dataclass
@@ -87,7 +88,7 @@ class SST2TrainConfig(TrainConfig):
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     patience: int = 2
-    max_time_minutes: float | None = 14.0  # the 15-minute CPU budget
+    max_time_minutes: float | None = None  # ~4 min on 2 CPU cores; no clock cap (reproducible)
     train_subset: int | None = 20_000  # measured: dev accuracy 0.878 after 4 minutes on 2 CPU cores
     val_size: int | None = 1_000  # SST-2 dev is the evaluation split, so validate on held-out train
     max_length: int | None = 128

@@ -37,6 +37,27 @@ def curves_csv(rows: list[dict], importance: str, explainers: list[str]) -> str:
     return buf.getvalue()
 
 
+# The hidden choices of the correlation itself, re-scored without bootstrap for the report:
+# the Spearman formula, and whether CLS is in the ranks (authors: out for blank-out, in for gradients).
+CLS_VARIANTS = {"authors": None, "all in": False, "all out": True}
+
+
+def sensitivity(maps: dict, importance: dict, *, undefined: str, seed: int) -> dict:
+    """``{"spearman=<m>, CLS <variant>": nested means}`` for every variant of the two choices."""
+    out = {}
+    for method in ("average", "dense_noties"):
+        for label, drop in CLS_VARIANTS.items():
+            exclude = {
+                k: ((0,) if k == "blank_out" else ()) if drop is None else ((0,) if drop else ())
+                for k in importance
+            }
+            rows = correlation_table(
+                maps, importance, exclude=exclude, method=method, undefined=undefined, n_boot=0, seed=seed
+            )
+            out[f"spearman={method}, CLS {label}"] = nest(rows)
+    return out
+
+
 def run(cfg: DictConfig, task: str) -> None:
     opts = cfg.correlate
     explained = Path(cfg.paths.outputs) / "explain" / task / "maps.safetensors"
@@ -62,6 +83,10 @@ def run(cfg: DictConfig, task: str) -> None:
         head_rows = correlation_table(per_head, importance, n_boot=0, **options) if per_head else []
         write_json(reports / "correlations.json", nest(rows))
         write_json(reports / "correlations_per_head.json", nest(head_rows))  # {} without per-head maps
+        write_json(
+            reports / "sensitivity.json",
+            sensitivity(main, importance, undefined=opts.undefined, seed=cfg.seed),
+        )
         for kind in importance:
             write_text(reports / "curves" / f"{kind}.csv", curves_csv(rows, kind, list(main)))
         mlrun.log_metrics({f"corr/{r['importance']}/{r['explainer']}/L{r['layer']}": r["mean"] for r in rows})

@@ -1,6 +1,6 @@
 """The whole study as one Hydra app, for sweeps: ``python -m pipelines.study -m seed=0,1,2``.
 
-Each job runs every stage in its own folder (``multirun/<study>/<overrides>/``), logs to the shared
+Each job runs every stage in its own folder (``multirun/<study>/<job number>/``), logs to the shared
 MLflow store, and writes the same files as ``dvc repro`` below that folder. When the sweep ends,
 :class:`AggregateSeeds` writes ``reports/sweep/aggregate.json`` (mean and spread of every cell over
 the jobs), which the report stage shows (``dvc repro -f report`` to refresh it). Launchers:
@@ -41,7 +41,7 @@ def run(cfg: DictConfig) -> None:
             stage.run(cfg, task)
 
 
-@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+@hydra.main(config_path=str(_config.CONF_DIR), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     run(localize(cfg))
 

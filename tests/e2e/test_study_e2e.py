@@ -115,12 +115,18 @@ def test_every_stage_runs_and_writes_its_outputs(tiny_study):
         assert {"mean", "std", "ci_low", "ci_high", "n", "n_undefined"} <= set(
             corr["blank_out"]["flow"]["L1"]
         )
+        variants = json.loads((root / "reports" / task / "sensitivity.json").read_text())
+        assert len(variants) == 6 and "spearman=average, CLS authors" in variants
+        # The configured variant re-scored without bootstrap gives the same means as the table.
+        authors = variants["spearman=average, CLS authors"]["blank_out"]["flow"]["L1"]["mean"]
+        assert authors == pytest.approx(corr["blank_out"]["flow"]["L1"]["mean"])
         assert (root / "reports" / task / "train_metrics.json").is_file()
         assert (root / "models" / task / "model").is_dir()
 
     metrics = json.loads((root / "reports" / "metrics.json").read_text())
     assert set(metrics) == {"agreement", "sst2"}
-    assert (root / "reports" / "report.md").read_text().count("Table 1") >= 1
+    report_md = (root / "reports" / "report.md").read_text()
+    assert "### Table 1" in report_md and "Sensitivity to the correlation's hidden choices" in report_md
 
     import mlflow
 
@@ -131,3 +137,57 @@ def test_every_stage_runs_and_writes_its_outputs(tiny_study):
         assert {(stage, "agreement"), (stage, "sst2")} <= stages
     assert (runs["status"] == "FINISHED").all()
     assert "metrics.corr/blank_out/flow/L1" in runs.columns
+
+
+def test_hydra_sweep_runs_each_seed_and_aggregates(tmp_path):
+    """`python -m pipelines.study -m seed=0,1`: one job per seed in its own folder, then the aggregate."""
+    import subprocess
+    import sys
+
+    mirror = _write_mirror(tmp_path / "mirror")
+    root = Path(__file__).resolve().parents[2]
+    overrides = [
+        "seed=0,1",
+        "tasks=[agreement]",
+        f"data.mirrors=[{mirror}]",
+        "data.agreement.urls=[]",
+        "model.agreement.n_layer=2",
+        "model.agreement.n_head=2",
+        "model.agreement.n_embd=16",
+        "train.agreement.max_epochs=1",
+        "train.agreement.progress_bar=false",
+        "capture.agreement.n_samples=6",
+        "correlate.n_boot=10",
+        "explain.per_head=false",
+        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        f"hydra.sweep.dir={tmp_path / 'multirun'}",
+    ]
+    # The basic launcher runs the jobs in this process, so the fixture files can skip the real digests
+    # (the default joblib launcher would run them in worker processes).
+    wrapper = (
+        "import sys; from attnflow.data import download; download.known_digests = dict; "
+        "from pipelines.study import main; sys.argv = sys.argv[:1] + sys.argv[2:]; main()"
+    )
+    env = {**__import__("os").environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-c", wrapper, "pipelines.study", "-m", "hydra/launcher=basic", *overrides],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    jobs = sorted(p.name for p in (tmp_path / "multirun").iterdir() if p.is_dir())
+    assert jobs == ["0", "1"]
+    aggregate = json.loads((tmp_path / "reports" / "sweep" / "aggregate.json").read_text())
+    assert aggregate["seeds"] == [0, 1]
+    cell = aggregate["tasks"]["agreement"]["blank_out"]["flow"]["L1"]
+    assert cell["n_seeds"] == 2
+    per_seed = [
+        json.loads((tmp_path / "multirun" / j / "reports" / "agreement" / "correlations.json").read_text())[
+            "blank_out"
+        ]["flow"]["L1"]["mean"]
+        for j in jobs
+    ]
+    assert cell["mean"] == pytest.approx(sum(per_seed) / 2)

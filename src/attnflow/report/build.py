@@ -329,6 +329,44 @@ class _Builder:
         if extra:
             self.add(Heading("Other cells", 3), *extra)
 
+    def sensitivity(self) -> None:
+        """Our correlations re-scored under each variant of the correlation's own hidden choices."""
+        blocks: list[Block] = []
+        for task, got in self.inputs.items():
+            for importance in sorted({imp for v in (got.sensitivity or {}).values() for imp in v}):
+                variants = {
+                    name: v[importance] for name, v in (got.sensitivity or {}).items() if importance in v
+                }
+                layers = sorted(
+                    {k for v in variants.values() for by in v.values() for k in by}, key=_layer_key
+                )
+                grid = Grid(
+                    header=["variant", "method", *layers],
+                    rows=[],
+                    caption=f"{task} vs {IMPORTANCE_LABELS.get(importance, importance)}: mean ρ per layer",
+                )
+                for name, block in variants.items():
+                    for explainer, by_layer in block.items():
+                        grid.rows.append(
+                            [
+                                name,
+                                EXPLAINER_LABELS.get(explainer, explainer),
+                                *(_fmt(by_layer.get(k, {}).get("mean"), 2) for k in layers),
+                            ]
+                        )
+                blocks.append(Table(grid))
+        if blocks:
+            self.add(
+                Heading("Sensitivity to the correlation's hidden choices", 2),
+                Paragraph(
+                    "The same maps and importance scores, correlated under each variant: the Spearman "
+                    "formula (average ranks, or the authors' dense ranks with the no-ties formula) and "
+                    "whether CLS is among the ranked positions (authors: out for blank-out, in for "
+                    "gradients). No bootstrap here; the tables above use the configured variant."
+                ),
+                *blocks,
+            )
+
     def curves(self) -> None:
         self.add(
             Heading("Per-layer correlation curves", 2),
@@ -625,6 +663,7 @@ def build_report(
     b.configuration()
     b.accuracy()
     b.tables()
+    b.sensitivity()
     b.curves()
     b.heads()
     b.maps(examples, n_examples, Path(prepared) if prepared is not None else None)

@@ -40,6 +40,7 @@ def input_paths(task: str, reports: Path, outputs: Path) -> dict[str, Path]:
     return {
         "correlations": r / "correlations.json",
         "per_head": r / "correlations_per_head.json",
+        "sensitivity": r / "sensitivity.json",
         "train_metrics": r / "train_metrics.json",
         "data_summary": r / "data_summary.json",
         "samples": Path(outputs) / "capture" / task / "samples.parquet",
@@ -52,6 +53,7 @@ class TaskInputs:
     task: str
     correlations: dict[str, Any] | None = None
     per_head: dict[str, Any] | None = None
+    sensitivity: dict[str, Any] | None = None  # {variant: correlations layout}, means only
     train_metrics: dict[str, Any] | None = None
     data_summary: dict[str, Any] | None = None
     samples: pd.DataFrame | None = None
@@ -82,6 +84,7 @@ def load_task(task: str, reports: Path, outputs: Path) -> TaskInputs:
     got = TaskInputs(task)
     got.correlations = _json(paths["correlations"], got)
     got.per_head = _json(paths["per_head"], got, optional=True)
+    got.sensitivity = _json(paths["sensitivity"], got, optional=True)
     got.train_metrics = _json(paths["train_metrics"], got)
     got.data_summary = _json(paths["data_summary"], got)
     for key in ("samples", "maps"):

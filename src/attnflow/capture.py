@@ -67,7 +67,9 @@ def capture(
     attentions: list[np.ndarray | None] = [None] * n
     probs: np.ndarray | None = None
     try:
-        for idx in tqdm(length_batches(lengths, batch_size), desc="capture", disable=not progress, leave=False):
+        for idx in tqdm(
+            length_batches(lengths, batch_size), desc="capture", disable=not progress, leave=False
+        ):
             batch = encoder.encode([texts[i] for i in idx], max_length=max_length)
             ids = batch["input_ids"].to(device)
             mask = batch["attention_mask"].to(device)
@@ -87,7 +89,9 @@ def capture(
                 probs[i] = p[row]
     finally:
         model.train(was_training)
-    return Captured(input_ids, tokens, attentions, probs if probs is not None else np.zeros((0, 2), np.float32))  # type: ignore[arg-type]
+    return Captured(
+        input_ids, tokens, attentions, probs if probs is not None else np.zeros((0, 2), np.float32)
+    )  # type: ignore[arg-type]
 
 
 def pad_batch(rows: Sequence[np.ndarray], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -59,7 +59,9 @@ def write_json(path: str | Path, payload: Any, *, default: Callable[[Any], Any] 
     write_text(path, text + "\n")
 
 
-def save_ragged(path: str | Path, arrays: dict[str, list[np.ndarray]], *, metadata: dict[str, str] | None = None) -> None:
+def save_ragged(
+    path: str | Path, arrays: dict[str, list[np.ndarray]], *, metadata: dict[str, str] | None = None
+) -> None:
     """Store lists of variable-shape arrays in one safetensors file (no pickle), atomically.
 
     Each list becomes ``<name>.data`` (the arrays raveled and concatenated) and ``<name>.shapes``
@@ -79,7 +81,9 @@ def save_ragged(path: str | Path, arrays: dict[str, list[np.ndarray]], *, metada
         if len(ndims) > 1:
             raise ValueError(f"{name}: arrays differ in number of dimensions {sorted(ndims)}")
         ndim = ndims.pop() if ndims else 1
-        tensors[f"{name}.shapes"] = np.array([np.shape(a) for a in items], dtype=np.int64).reshape(len(items), ndim)
+        tensors[f"{name}.shapes"] = np.array([np.shape(a) for a in items], dtype=np.int64).reshape(
+            len(items), ndim
+        )
         flat = [np.ravel(a) for a in items]
         tensors[f"{name}.data"] = np.ascontiguousarray(np.concatenate(flat) if flat else np.zeros(0))
     with atomic_path(path) as tmp:
@@ -104,5 +108,7 @@ def load_ragged(path: str | Path) -> dict[str, list[np.ndarray]]:
         if int(sizes.sum()) != data.size:
             raise ValueError(f"{path}: {name} holds {data.size} values, its shapes need {int(sizes.sum())}")
         offsets = np.concatenate([[0], np.cumsum(sizes)])
-        out[name] = [data[offsets[i] : offsets[i + 1]].reshape(shape) for i, shape in enumerate(map(tuple, shapes))]
+        out[name] = [
+            data[offsets[i] : offsets[i + 1]].reshape(shape) for i, shape in enumerate(map(tuple, shapes))
+        ]
     return out

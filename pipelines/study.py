@@ -3,7 +3,7 @@
 Each job runs every stage in its own folder (``multirun/<study>/<job number>/``), logs to the shared
 MLflow store, and writes the same files as ``dvc repro`` below that folder. When the sweep ends,
 :class:`AggregateSeeds` writes ``reports/sweep/aggregate.json`` (mean and spread of every cell over
-the jobs), which the report stage shows (``dvc repro -f report`` to refresh it). Launchers:
+the jobs), which the report stage shows (``dvc repro -f -s report`` to refresh it). Launchers:
 ``hydra/launcher=joblib`` (default, local processes) or ``hydra/launcher=cluster`` (SLURM).
 """
 

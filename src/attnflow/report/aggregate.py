@@ -22,10 +22,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["aggregate_seeds", "sweep_payload"]
+__all__ = ["aggregate_seeds", "finite", "sweep_payload"]
 
 
-def _finite(x: Any) -> bool:
+def finite(x: Any) -> bool:
+    """A real number that is neither NaN nor infinite (bools and None are not)."""
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
@@ -46,7 +47,7 @@ def aggregate_seeds(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 for layer, cell in layers.items():
                     values.setdefault((importance, explainer, layer), [])
                     mean = cell.get("mean") if isinstance(cell, Mapping) else cell
-                    if _finite(mean):
+                    if finite(mean):
                         values[(importance, explainer, layer)].append(float(mean))
     out: dict[str, Any] = {}
     for (importance, explainer, layer), vs in values.items():

@@ -21,6 +21,7 @@ import numpy as np
 from attnflow.io import write_json, write_text
 
 from . import figures
+from .aggregate import finite
 from .document import Block, Bullets, Heading, Image, Paragraph, Table, render_html, render_markdown
 from .findings import table_findings
 from .inputs import MAP_METHODS, TaskInputs, find_examples, load_task, locate_examples, pick_samples
@@ -78,10 +79,6 @@ class Report:
     figures: list[Path] = field(default_factory=list)
 
 
-def _finite(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def _get(tree: Mapping[str, Any], dotted: str) -> Any:
     node: Any = tree
     for part in dotted.split("."):
@@ -109,14 +106,14 @@ def metrics_payload(inputs: Mapping[str, TaskInputs]) -> dict[str, Any]:
     for task, got in inputs.items():
         entry: dict[str, Any] = {}
         acc = (got.train_metrics or {}).get("accuracy")
-        if _finite(acc):
+        if finite(acc):
             entry["accuracy"] = float(acc)
         corr: dict[str, Any] = {}
         for importance, explainers in (got.correlations or {}).items():
             for explainer, layers in explainers.items():
                 for layer in sorted(layers, key=_layer_key):
                     mean = layers[layer].get("mean") if isinstance(layers[layer], Mapping) else None
-                    if _finite(mean):
+                    if finite(mean):
                         corr.setdefault(importance, {}).setdefault(explainer, {})[layer] = float(mean)
         if corr:
             entry["corr"] = corr
@@ -513,7 +510,7 @@ class _Builder:
                 grid.rows.append(
                     [f"{label} Δ"]
                     + [
-                        fmt_delta(c["mean"] - by_layer[k][0]) if _finite(c.get("mean")) else "n/a"
+                        fmt_delta(c["mean"] - by_layer[k][0]) if finite(c.get("mean")) else "n/a"
                         for c, k in zip(ours, paper.layers, strict=True)
                     ]
                 )
@@ -531,7 +528,7 @@ class _Builder:
         items = []
         for task, got in self.inputs.items():
             acc, paper_acc = (got.train_metrics or {}).get("accuracy"), PAPER_ACCURACY.get(task)
-            if _finite(acc) and paper_acc is not None:
+            if finite(acc) and paper_acc is not None:
                 items.append(
                     f"{task} accuracy: ours {acc:.3f} vs paper {paper_acc:.2f} "
                     f"(Δ {fmt_delta(acc - paper_acc)})."

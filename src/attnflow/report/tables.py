@@ -14,11 +14,11 @@ gives each explainer three rows: ours ``mean ± std``, the paper's ``mean ± std
 from __future__ import annotations
 
 import html
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .aggregate import finite
 from .paper import PaperTable
 
 __all__ = [
@@ -85,20 +85,16 @@ def to_html(grid: Grid) -> str:
     return "\n".join(out)
 
 
-def _finite(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def fmt_mean_std(mean: float | None, std: float | None = None) -> str:
     """``0.71 ± 0.24``; ``n/a`` for a missing or undefined mean.
 
     >>> fmt_mean_std(0.705, 0.2449), fmt_mean_std(-0.1, None), fmt_mean_std(float("nan"), 0.1)
     ('0.70 ± 0.24', '-0.10', 'n/a')
     """
-    if not _finite(mean):
+    if not finite(mean):
         return "n/a"
     text = f"{mean + 0.0:.{DIGITS}f}"
-    return f"{text} ± {std:.{DIGITS}f}" if _finite(std) else text
+    return f"{text} ± {std:.{DIGITS}f}" if finite(std) else text
 
 
 def fmt_delta(delta: float | None) -> str:
@@ -107,7 +103,7 @@ def fmt_delta(delta: float | None) -> str:
     >>> fmt_delta(-0.1), fmt_delta(0.001), fmt_delta(-0.001), fmt_delta(None)
     ('-0.10', '+0.00', '+0.00', 'n/a')
     """
-    if not _finite(delta):
+    if not finite(delta):
         return "n/a"
     return f"{round(delta, DIGITS) + 0.0:+.{DIGITS}f}"
 
@@ -129,19 +125,19 @@ class Cell:
 
     @property
     def ours(self) -> bool:
-        return _finite(self.mean)
+        return finite(self.mean)
 
     @property
     def delta(self) -> float | None:
         """ours − paper (means); None when either is missing."""
-        if not (_finite(self.mean) and _finite(self.paper_mean)):
+        if not (finite(self.mean) and finite(self.paper_mean)):
             return None
         return float(self.mean) - float(self.paper_mean)  # type: ignore[arg-type]
 
     @property
     def paper_in_ci(self) -> bool | None:
         """Whether the paper's mean lies in our confidence interval of the mean (None: no CI)."""
-        if not (_finite(self.ci_low) and _finite(self.ci_high) and _finite(self.paper_mean)):
+        if not (finite(self.ci_low) and finite(self.ci_high) and finite(self.paper_mean)):
             return None
         return bool(self.ci_low <= self.paper_mean <= self.ci_high)  # type: ignore[operator]
 
@@ -149,7 +145,7 @@ class Cell:
     def far(self) -> bool | None:
         """|Δ| > 2 · paper std: outside the paper's own spread over samples."""
         d = self.delta
-        if d is None or not _finite(self.paper_std):
+        if d is None or not finite(self.paper_std):
             return None
         return abs(d) > 2.0 * float(self.paper_std)  # type: ignore[arg-type]
 

@@ -89,9 +89,9 @@ def capture(
                 probs[i] = p[row]
     finally:
         model.train(was_training)
-    return Captured(
+    return Captured(  # type: ignore[arg-type]
         input_ids, tokens, attentions, probs if probs is not None else np.zeros((0, 2), np.float32)
-    )  # type: ignore[arg-type]
+    )
 
 
 def pad_batch(rows: Sequence[np.ndarray], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

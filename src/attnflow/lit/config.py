@@ -77,9 +77,8 @@ class AgreementTrainConfig(TrainConfig):
     weight_decay: float = 0.1  # nanoGPT's value; many epochs over ~61k prefixes
     warmup_ratio: float = 0.05
     patience: int = 5
-    max_time_minutes: float | None = (
-        None  # epochs bound the time; a clock cap would make results machine-dependent
-    )
+    # Epochs bound the time: a wall-clock cap would make the results machine-dependent.
+    max_time_minutes: float | None = None
 
 
 @dataclass

@@ -7,8 +7,6 @@ stage reads params.yaml, never re-composes, so ``-S`` overrides reach the stage.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ from hydra import initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from attnflow.io import write_text
 from attnflow.schema import CHOICES, StudyConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,9 +96,6 @@ def dump(cfg: DictConfig) -> str:
 
 def write(cfg: DictConfig, path: str | Path = PARAMS) -> None:
     """Write params.yaml atomically, with a header saying where it comes from."""
-    path = Path(path)
-    text = "# Generated from conf/ by `python -m pipelines.compose`; do not edit by hand.\n" + dump(cfg)
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_text(
+        path, "# Generated from conf/ by `python -m pipelines.compose`; do not edit by hand.\n" + dump(cfg)
+    )

@@ -40,7 +40,7 @@ def run(cfg: DictConfig, task: str) -> None:
             encoder,
             samples["text"].tolist(),
             batch_size=opts.batch_size,
-            max_length=opts.max_length,
+            max_length=min(opts.max_length, encoder.max_length or opts.max_length),  # never past the model's
             dtype=np.dtype(opts.dtype),
         )
         samples = samples.assign(

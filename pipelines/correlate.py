@@ -68,6 +68,11 @@ def run(cfg: DictConfig, task: str) -> None:
     ) as mlrun:
         maps = load_ragged(explained)
         importance = load_ragged(importance_file)
+        if not all(maps.get(m) for m in cfg.explain.methods) or not all(importance.values()):
+            raise ValueError(
+                f"{explained} / {importance_file}: no samples to correlate "
+                f"(check capture.{task}.n_samples and the {cfg.capture[task].split} split)"
+            )
         exclude = {kind: () if opts.include_cls[kind] else (0,) for kind in importance}
         main = {m: maps[m] for m in cfg.explain.methods}
         per_head = {

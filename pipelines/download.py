@@ -21,7 +21,7 @@ def run(cfg: DictConfig, task: str) -> None:
             urls=list(data[task].urls),
             mirrors=list(data.mirrors),
             timeout_s=data.timeout_s,
-            optional=lambda f: data.agreement.fetch_full_tsv or not f.relpath.endswith(".tsv"),
+            optional=lambda f: data[task].get("fetch_full_tsv", False) or not f.relpath.endswith(".tsv"),
         )
         mlrun.log_metrics(
             {"files": len(manifest["files"]), "bytes": sum(f["bytes"] for f in manifest["files"].values())}

@@ -67,13 +67,13 @@ def run(cfg: DictConfig, task: str) -> None:
     out = Path(cfg.paths.outputs) / "explain" / task
     with tracking.stage_run(_config.to_dict(cfg), stage="explain", dataset=task, inputs=[captured]) as mlrun:
         attn = load_ragged(captured)["attn"]
-        maps: dict[str, list] = {}
+        names = [*cfg.explain.methods, *(f"{m}_heads" for m in cfg.explain.methods if cfg.explain.per_head)]
+        maps: dict[str, list] = {name: [None] * len(attn) for name in names}
         for idx in tqdm(length_batches([a.shape[-1] for a in attn], BATCH), desc="explain", leave=False):
             batch, lengths = _padded([attn[i] for i in idx])
             for name, values in explain_batch(batch, lengths, cfg.explain, cfg.explain.rows[task]).items():
-                column = maps.setdefault(name, [None] * len(attn))
                 for row, i in enumerate(idx):
-                    column[i] = values[row, ..., : lengths[row]]
+                    maps[name][i] = values[row, ..., : lengths[row]]
         save_ragged(out / "maps.safetensors", maps)
         mlrun.log_metrics({"n_samples": len(attn)})
 

@@ -10,6 +10,8 @@ the jobs), which the report stage shows (``dvc repro -f -s report`` to refresh i
 from __future__ import annotations
 
 import json
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,7 @@ def run(cfg: DictConfig) -> None:
 
 @hydra.main(config_path=str(_config.CONF_DIR), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # runs end FAILED, not RUNNING
     run(localize(cfg))
 
 
@@ -58,13 +61,21 @@ class AggregateSeeds(Callback):
 
         sweep = Path(config.hydra.sweep.dir)
         jobs = sorted(p for p in sweep.iterdir() if (p / "params.yaml").is_file())
-        seeds = [int(OmegaConf.load(p / "params.yaml").seed) for p in jobs]
-        runs_by_task = {}
-        for task in config.tasks:
-            found = [p / config.paths.reports / task / "correlations.json" for p in jobs]
-            runs_by_task[task] = [json.loads(f.read_text()) for f in found if f.is_file()]
-        payload = sweep_payload({t: r for t, r in runs_by_task.items() if r}, seeds)
-        payload["jobs"] = [p.name for p in jobs]
+        # Only jobs that finished every task enter, so seeds and per-task results stay paired.
+        done = [
+            p
+            for p in jobs
+            if all((p / config.paths.reports / t / "correlations.json").is_file() for t in config.tasks)
+        ]
+        runs_by_task = {
+            t: [json.loads((p / config.paths.reports / t / "correlations.json").read_text()) for p in done]
+            for t in config.tasks
+        }
+        payload = sweep_payload(
+            runs_by_task if done else {}, [int(OmegaConf.load(p / "params.yaml").seed) for p in done]
+        )
+        payload["jobs"] = [p.name for p in done]
+        payload["incomplete_jobs"] = [p.name for p in jobs if p not in done]
         write_json(Path(to_absolute_path(self.out)), payload)
 
 

@@ -16,6 +16,12 @@ import numpy as np
 __all__ = ["atomic_path", "load_ragged", "save_ragged", "write_json", "write_text"]
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; rename it to ``path`` only if the block succeeds."""
@@ -26,6 +32,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp = Path(name)
     try:
         yield tmp
+        if tmp.is_file():  # mkstemp makes 0600 files: give the result the usual umask mode
+            os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

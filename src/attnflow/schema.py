@@ -157,7 +157,8 @@ TASKS = ("agreement", "sst2")
 # Allowed values of string switches, by dotted key ("*" stands for a task name).
 CHOICES: dict[str, tuple[str, ...]] = {
     "tasks": TASKS,
-    "capture.*.split": ("train", "val", "dev", "test"),
+    "capture.agreement.split": ("train", "val", "test"),
+    "capture.sst2.split": ("train", "dev", "test"),
     "capture.dtype": ("float16", "float32"),
     "explain.methods": ("raw", "rollout", "flow"),
     "explain.heads": ("mean", "sum", "max"),

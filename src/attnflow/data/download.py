@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import json
+import http.client
 import os
 import tarfile
 import tempfile
@@ -27,6 +27,8 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 
 from tqdm.auto import tqdm
+
+from attnflow.io import write_json
 
 __all__ = [
     "DATASETS",
@@ -191,7 +193,7 @@ def _from_url(url: str, wanted: Sequence[FileSpec], raw: Path, table, record, ti
             with urllib.request.urlopen(url, timeout=timeout) as resp:
                 length = resp.headers.get("Content-Length")
                 _copy(resp, archive, int(length) if length else None, PurePosixPath(url).name)
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
             raise _SourceFailed(f"unreachable ({getattr(exc, 'reason', exc)})") from None
         name = PurePosixPath(url).name
         try:
@@ -327,8 +329,5 @@ def download(
         "attempts": attempts,
         "missing_optional": sorted(f.relpath for f in wanted if f.relpath not in record),
     }
-    out = raw / "download.json"
-    tmp = _tmp_in(out.parent)
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, out)
+    write_json(raw / "download.json", manifest)
     return manifest

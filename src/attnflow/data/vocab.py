@@ -8,13 +8,13 @@ always in this order: ``<pad>`` (0), ``<unk>`` (1), ``<cls>`` (2), ``<mask>`` (3
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
+
+from attnflow.io import write_text
 
 PAD, UNK, CLS, MASK = "<pad>", "<unk>", "<cls>", "<mask>"
 SPECIALS: tuple[str, ...] = (PAD, UNK, CLS, MASK)
@@ -71,12 +71,7 @@ class Vocab:
 
     def save(self, path: str | Path) -> None:
         """Write ``{"itos": [...]}`` atomically."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"itos": list(self.itos)}, f, ensure_ascii=False)
-        os.replace(tmp, path)
+        write_text(path, json.dumps({"itos": list(self.itos)}, ensure_ascii=False))
 
     @classmethod
     def load(cls, path: str | Path) -> Vocab:

@@ -5,7 +5,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from attnflow.explain import EXPLAINERS, attention_flow, attention_rollout, head_flow, head_rollout
+from attnflow.explain import (
+    EXPLAINER_INPUTS,
+    EXPLAINERS,
+    attention_flow,
+    attention_rollout,
+    head_flow,
+    head_rollout,
+)
 
 CLOSE = 1e-9  # float64 agreement between two routes to the same numbers
 
@@ -53,9 +60,13 @@ def test_rollout_rows_stay_stochastic(batch, residual):
 @given(padded_batches(), RESIDUALS, st.sampled_from(sorted(EXPLAINERS)))
 def test_batch_results_equal_per_sample_results_and_padding_gets_nothing(batch, residual, name):
     w, lengths = batch
-    out = EXPLAINERS[name](w, residual=residual, heads="mean", lengths=lengths)
+    rng = np.random.default_rng(0)  # extra inputs (attention gradients, relevance) for the methods that need them
+    extras = {k: rng.standard_normal(w.shape) * (w if k == "attn_relevance" else 1.0) for k in EXPLAINER_INPUTS[name]}
+    out = EXPLAINERS[name](w, residual=residual, heads="mean", lengths=lengths, **extras)
     for b, n in enumerate(lengths):
-        alone = EXPLAINERS[name](w[b, :, :, :n, :n], residual=residual, heads="mean")
+        alone = EXPLAINERS[name](
+            w[b, :, :, :n, :n], residual=residual, heads="mean", **{k: v[b, :, :, :n, :n] for k, v in extras.items()}
+        )
         np.testing.assert_allclose(out[b, :, :n, :n], alone, atol=CLOSE)
         assert np.all(out[b, :, n:, :] == 0) and np.all(out[b, :, :, n:] == 0)
 

@@ -1,4 +1,5 @@
-"""attnflow.explain: raw attention, attention rollout and attention flow (Abnar & Zuidema 2020).
+"""attnflow.explain: raw attention, attention rollout and attention flow (Abnar & Zuidema 2020),
+and the class-specific relevance of Chefer, Gur & Wolf (2021): generic (ICCV) and LRP-based (CVPR).
 
 Pure functions, arrays in and arrays out (numpy in -> numpy out, torch in -> torch out, same float
 dtype and device; computed in float64 on the CPU). Inputs are attention probabilities with the
@@ -10,6 +11,8 @@ and variable-length batches say which positions are real with `lengths` (batch,)
 `mask` (batch, key); padded positions get exactly 0 in every output. Invalid input raises
 ValueError naming the rule it breaks. Conventions (the authors' code): heads are averaged, then
 A = (1 - residual) W + residual I with rows re-normalised (residual = 0.5); "raw" is W itself.
+The Chefer methods also take the gradient of the explained logit w.r.t. attn (and, for the LRP
+rule, LRP's relevance of each attention map), shaped like attn: see `attnflow.lrp`.
 
 >>> import numpy as np
 >>> from attnflow.explain import attention_flow, attention_rollout, raw_attention
@@ -25,7 +28,8 @@ from typing import Any
 from .flow import attention_flow
 from .heads import head_flow, head_rollout
 from .raw import raw_attention
-from .registry import EXPLAINERS, Explainer
+from .registry import EXPLAINER_INPUTS, EXPLAINERS, Explainer
+from .relevance import CLS_SELF, chefer_generic, chefer_lrp
 from .rollout import attention_rollout
 from .rows import select_rows
 
@@ -36,11 +40,15 @@ Attention = Any
 
 __all__ = [
     "AXES",
+    "CLS_SELF",
     "EXPLAINERS",
+    "EXPLAINER_INPUTS",
     "Attention",
     "Explainer",
     "attention_flow",
     "attention_rollout",
+    "chefer_generic",
+    "chefer_lrp",
     "head_flow",
     "head_rollout",
     "raw_attention",

@@ -1,20 +1,30 @@
 """EXPLAINERS: the explanation methods by name, all callable the same way (for the pipeline).
 
-Every entry is fn(attn, *, residual=0.5, heads="mean", rows=None, lengths=None, mask=None) and
-returns, per layer, a token-attribution map [..., layer, query, key] (numpy in -> numpy out,
+Every entry is fn(attn, *, residual=0.5, heads="mean", rows=None, lengths=None, mask=None, **extra)
+and returns, per layer, a token-attribution map [..., layer, query, key] (numpy in -> numpy out,
 torch in -> torch out): entry [l, i, j] is how much input token j is attributed to position i at
 layer l (0-based; l = 0 is the paper's L1). rows=[0] returns only the CLS row(s),
 [..., layer, len(rows), key] -- the cheap path for flow, whose cost grows with the rows asked for.
 Padded positions (lengths / mask) are 0. Then reduce rows with `select_rows`.
+`EXPLAINER_INPUTS[name]` lists the extra inputs a method needs, passed as keyword arguments shaped
+like attn (what a pipeline must capture besides attn; `attnflow.lrp.lrp_relevance` returns both).
 
 - "raw": head-aggregated attention W(l) (no residual: `residual` is validated and ignored).
 - "rollout": Ã(l) = A(l) Ã(l-1), A = (1 - residual) W + residual I; rows sum to 1.
 - "flow": max-flow value from node (l+1, i) to input node (0, j), each row normalised to sum 1.
+- "chefer": the generic rule of Chefer et al. (ICCV 2021), needs attn_grad (∂ logit / ∂ attn):
+  R(l) = R(l-1) + mean_h[(∇A ⊙ A)⁺] R(l-1) from R = I; rows sum to >= 1 (`residual` ignored).
+- "chefer_lrp": Chefer et al. (CVPR 2021), needs attn_grad and attn_relevance (LRP's R(A)):
+  C(l) = rownorm(I + mean_h[(∇A ⊙ R(A))⁺]) C(l-1); rows sum to 1 (`residual` ignored).
+  Both also take start_layer= and cls_self= (see `attnflow.explain.relevance`).
 
 >>> import numpy as np
 >>> attn = np.array([[[[1.0, 0.0], [0.5, 0.5]]], [[[0.5, 0.5], [0.0, 1.0]]]])  # (2, 1, 2, 2)
->>> {name: fn(attn, residual=0.0, rows=[0])[1, 0].round(4).tolist() for name, fn in EXPLAINERS.items()}
+>>> {name: fn(attn, residual=0.0, rows=[0])[1, 0].round(4).tolist()
+...  for name, fn in EXPLAINERS.items() if not EXPLAINER_INPUTS[name]}
 {'raw': [0.5, 0.5], 'rollout': [0.75, 0.25], 'flow': [0.6667, 0.3333]}
+>>> EXPLAINERS["chefer"](attn, attn_grad=np.ones_like(attn), rows=[0])[1, 0].tolist()  # ((I + A2)(I + A1))[0]
+[3.25, 0.75]
 """
 
 from __future__ import annotations
@@ -24,14 +34,15 @@ from typing import Any
 
 import numpy as np
 
-from ._common import check_positions, check_residual, valid_positions
+from ._common import check_heads, check_positions, check_residual, prepare, valid_positions
 from .flow import attention_flow
 from .raw import raw_attention
+from .relevance import _check_options, _companion, _lrp_maps, chefer_generic
 from .rollout import attention_rollout
 
-__all__ = ["EXPLAINERS", "Explainer"]
+__all__ = ["EXPLAINERS", "EXPLAINER_INPUTS", "Explainer"]
 
-# fn(attn, *, residual, heads, rows, lengths, mask) -> [..., layer, query (or len(rows)), key]
+# fn(attn, *, residual, heads, rows, lengths, mask, **extra) -> [..., layer, query (or len(rows)), key]
 Explainer = Callable[..., Any]
 
 
@@ -109,8 +120,67 @@ def flow_map(
     return attention_flow(attn, residual=residual, heads=heads, sources=sources, lengths=lengths, mask=mask)
 
 
+def chefer_map(
+    attn: Any,
+    *,
+    residual: float = 0.5,
+    heads: str | int = "mean",
+    rows: int | list[int] | None = None,
+    lengths: Any = None,
+    mask: Any = None,
+    attn_grad: Any = None,
+    start_layer: int = 0,
+    cls_self: str = "keep",
+) -> Any:
+    """Chefer et al.'s generic relevance (ICCV 2021) up to every layer, [..., layer, query, key];
+    `residual` is checked but not applied (the rule's identity term plays its part)."""
+    check_residual(residual)
+    idx = _rows_index(attn, rows, lengths, mask)
+    maps = chefer_generic(
+        attn, attn_grad, heads=heads, start_layer=start_layer, cls_self=cls_self, lengths=lengths, mask=mask
+    )
+    return _take_rows(maps, idx)
+
+
+def chefer_lrp_map(
+    attn: Any,
+    *,
+    residual: float = 0.5,
+    heads: str | int = "mean",
+    rows: int | list[int] | None = None,
+    lengths: Any = None,
+    mask: Any = None,
+    attn_grad: Any = None,
+    attn_relevance: Any = None,
+    start_layer: int = 0,
+    cls_self: str = "keep",
+) -> Any:
+    """Chefer et al.'s LRP-based relevance (CVPR 2021) up to every layer, [..., layer, query, key],
+    in attn's kind; rows sum to 1. `residual` is checked but not applied (rownorm(I + Ā) is fixed)."""
+    check_residual(residual)
+    idx = _rows_index(attn, rows, lengths, mask)
+    p = prepare(attn, lengths=lengths, mask=mask)  # attn itself only fixes shape, kind and padding
+    check_heads(heads, p.attn.shape[2])
+    start = _check_options(start_layer, cls_self, p.attn.shape[1])
+    relevance = _companion(attn_relevance, "attn_relevance", p, "chefer_lrp")
+    grad = _companion(attn_grad, "attn_grad", p, "chefer_lrp")
+    return _take_rows(p.to_output(_lrp_maps(p, relevance, grad, heads, start, cls_self)), idx)
+
+
 EXPLAINERS: dict[str, Explainer] = {
     "raw": raw_map,
     "rollout": rollout_map,
     "flow": flow_map,
+    "chefer": chefer_map,
+    "chefer_lrp": chefer_lrp_map,
+}
+
+# The inputs each method needs besides attn, as keyword arguments shaped like attn:
+# attn_grad = ∂ logit[target] / ∂ attn; attn_relevance = LRP relevance R(A) of each attention map.
+EXPLAINER_INPUTS: dict[str, tuple[str, ...]] = {
+    "raw": (),
+    "rollout": (),
+    "flow": (),
+    "chefer": ("attn_grad",),
+    "chefer_lrp": ("attn_grad", "attn_relevance"),
 }

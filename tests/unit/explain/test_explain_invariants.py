@@ -1,13 +1,49 @@
-"""Invariants every method in EXPLAINERS must keep (scikit-learn test_common style)."""
+"""Invariants every method in EXPLAINERS must keep (scikit-learn test_common style).
+
+Methods that need more than attn (EXPLAINER_INPUTS) get random extra inputs shaped like attn:
+a gradient ∂logit/∂A of either sign, and an LRP relevance R(A) = A ⊙ (random of either sign),
+the form LRP-0 through A·V gives (zero wherever A is zero). Where an invariant differs per method
+(row sums, identity attention, layer one) the expected value is stated per method.
+"""
 
 import numpy as np
 import pytest
 import torch
 
-from attnflow.explain import AXES, EXPLAINERS, select_rows
+from attnflow.explain import EXPLAINER_INPUTS, EXPLAINERS, select_rows
 
 NAMES = sorted(EXPLAINERS)
 CLOSE = 1e-10  # float64 agreement between two routes to the same numbers
+
+# What each method's rows sum to on real positions: 1 (row-stochastic maps), or >= 1 because the
+# map is I plus a nonnegative matrix (Chefer's generic rule has no normalisation).
+ROW_SUMS = {
+    "raw": "one",
+    "rollout": "one",
+    "flow": "one",
+    "chefer_lrp": "one",
+    "chefer": "identity_plus_nonnegative",
+}
+
+
+def extra_inputs(name, attn, seed=0):
+    """The inputs EXPLAINER_INPUTS[name] asks for, random, shaped like attn (same kind: numpy)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for key in EXPLAINER_INPUTS[name]:
+        noise = rng.standard_normal(np.shape(attn))
+        out[key] = noise if key == "attn_grad" else np.asarray(attn) * noise  # attn_relevance = A ⊙ noise
+    return out
+
+
+def run(name, attn, extras, **kwargs):
+    kwargs = {"residual": 0.5, "heads": "mean", **kwargs}
+    return EXPLAINERS[name](attn, **kwargs, **extras)
+
+
+def apply(extras, fn):
+    """The same edit (a permutation, a slice, a conversion) on every extra input."""
+    return {key: fn(value) for key, value in extras.items()}
 
 
 def random_attention(rng, *shape, sharpness=2.0):
@@ -27,81 +63,132 @@ def padded_batch(rng, lengths, layers=3, heads=2):
     return attn
 
 
-def test_axes_name_the_canonical_order():
-    assert AXES == ("batch", "layer", "head", "query", "key")
+def test_the_registry_holds_the_five_methods_and_names_their_inputs():
+    assert NAMES == ["chefer", "chefer_lrp", "flow", "raw", "rollout"]
+    assert sorted(EXPLAINER_INPUTS) == NAMES == sorted(ROW_SUMS)
+    assert EXPLAINER_INPUTS["chefer"] == ("attn_grad",)
+    assert EXPLAINER_INPUTS["chefer_lrp"] == ("attn_grad", "attn_relevance")
 
 
-def test_the_registry_holds_the_three_methods():
-    assert NAMES == ["flow", "raw", "rollout"]
+@pytest.mark.parametrize("name", [n for n in NAMES if EXPLAINER_INPUTS[n]])
+def test_a_missing_extra_input_is_named(name):
+    attn = random_attention(np.random.default_rng(0), 2, 2, 3, 3)
+    extras = extra_inputs(name, attn)
+    for key in EXPLAINER_INPUTS[name]:
+        with pytest.raises(ValueError, match=key):
+            run(name, attn, {k: v for k, v in extras.items() if k != key})
+        with pytest.raises(ValueError, match=f"{key} must have the shape of attn"):
+            run(name, attn, {**extras, key: extras[key][:, :, :2]})
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_shape_finite_and_nonnegative(name):
     attn = random_attention(np.random.default_rng(0), 3, 2, 4, 4)  # (L, H, T, T)
-    out = EXPLAINERS[name](attn, residual=0.5, heads="mean")
+    out = run(name, attn, extra_inputs(name, attn))
     assert out.shape == (3, 4, 4)
     assert np.all(np.isfinite(out)) and np.all(out >= 0)
-    batched = EXPLAINERS[name](attn[None].repeat(2, 0), residual=0.5, heads="mean")
+    batched_attn = attn[None].repeat(2, 0)
+    batched = run(name, batched_attn, extra_inputs(name, batched_attn))
     assert batched.shape == (2, 3, 4, 4)
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_rows_sum_to_one(name):
-    # raw (mean of stochastic heads), rollout (products of stochastic matrices), flow (normalised)
+def test_row_sums(name):
+    # "one": raw (mean of stochastic heads), rollout and chefer_lrp (products of stochastic
+    # matrices), flow (normalised); "identity_plus_nonnegative": chefer, R = I + (>= 0), rows >= 1
     attn = random_attention(np.random.default_rng(1), 3, 2, 4, 4)
-    out = EXPLAINERS[name](attn, residual=0.5, heads="mean")
-    np.testing.assert_allclose(out.sum(-1), 1.0, atol=CLOSE)
+    out = run(name, attn, extra_inputs(name, attn))
+    if ROW_SUMS[name] == "one":
+        np.testing.assert_allclose(out.sum(-1), 1.0, atol=CLOSE)
+    else:
+        assert np.all(out - np.eye(4) >= 0)
+        assert np.all(out.sum(-1) >= 1.0)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_inputs_are_never_mutated(name):
     lengths = np.array([3, 4])
     attn = padded_batch(np.random.default_rng(2), lengths)
-    before, lengths_before = attn.copy(), lengths.copy()
-    EXPLAINERS[name](attn, residual=0.5, heads="mean", lengths=lengths)
+    extras = extra_inputs(name, attn)
+    before, lengths_before, extras_before = attn.copy(), lengths.copy(), apply(extras, np.copy)
+    run(name, attn, extras, lengths=lengths)
     np.testing.assert_array_equal(attn, before)
     np.testing.assert_array_equal(lengths, lengths_before)
-    tensor = torch.tensor(attn)
-    EXPLAINERS[name](tensor, residual=0.5, heads="mean")
+    for key in extras:
+        np.testing.assert_array_equal(extras[key], extras_before[key])
+    tensor, tensors = torch.tensor(attn), apply(extras, torch.tensor)
+    run(name, tensor, tensors)
     np.testing.assert_array_equal(tensor.numpy(), before)
+    for key in extras:
+        np.testing.assert_array_equal(tensors[key].numpy(), extras_before[key])
 
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("residual", [0.0, 0.5])
-def test_identity_attention_gives_identity(name, residual):
+def test_identity_attention_mixes_no_tokens(name, residual):
+    # every method but chefer gives I itself (chefer_lrp: R(A) = A ⊙ noise is diagonal, so
+    # rownorm(I + diag) = I); chefer's unnormalised R(l) = Π_k (I + diag(mean_h (g_k,ii)⁺)) is diagonal >= 1
     attn = np.tile(np.eye(4), (3, 2, 1, 1))
-    np.testing.assert_allclose(
-        EXPLAINERS[name](attn, residual=residual, heads="mean"), np.tile(np.eye(4), (3, 1, 1))
+    extras = extra_inputs(name, attn)
+    expected = np.tile(np.eye(4), (3, 1, 1))
+    if name == "chefer":
+        gain = 1.0 + np.maximum(extras["attn_grad"] * attn, 0).mean(1).diagonal(axis1=-2, axis2=-1)  # (L, T)
+        expected = expected * np.cumprod(gain, axis=0)[:, None, :]
+    np.testing.assert_allclose(run(name, attn, extras, residual=residual), expected, atol=CLOSE)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if EXPLAINER_INPUTS[n]])
+def test_residual_is_validated_and_ignored(name):
+    attn = random_attention(np.random.default_rng(12), 2, 2, 3, 3)
+    extras = extra_inputs(name, attn)
+    np.testing.assert_array_equal(
+        run(name, attn, extras, residual=0.0), run(name, attn, extras, residual=1.0)
     )
+    with pytest.raises(ValueError, match="residual"):
+        run(name, attn, extras, residual=1.5)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_batch_order_equivariance(name):
     attn = random_attention(np.random.default_rng(3), 4, 2, 2, 5, 5)
+    extras = extra_inputs(name, attn)
     perm = np.array([2, 0, 3, 1])
-    out = EXPLAINERS[name](attn, residual=0.5, heads="mean")
-    np.testing.assert_allclose(
-        EXPLAINERS[name](attn[perm], residual=0.5, heads="mean"), out[perm], atol=CLOSE
-    )
+    out = run(name, attn, extras)
+    np.testing.assert_allclose(run(name, attn[perm], apply(extras, lambda x: x[perm])), out[perm], atol=CLOSE)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_token_permutation_equivariance(name):
     # relabelling the tokens (same permutation on query and key) permutes every map the same way
+    # (the Chefer methods with their default cls_self="keep"; "min" / "zero" single out position 0)
     attn = random_attention(np.random.default_rng(4), 3, 2, 5, 5)
+    extras = extra_inputs(name, attn)
     perm = np.array([3, 0, 4, 1, 2])
-    out = EXPLAINERS[name](attn, residual=0.5, heads="mean")
-    moved = EXPLAINERS[name](attn[..., perm, :][..., perm], residual=0.5, heads="mean")
-    np.testing.assert_allclose(moved, out[..., perm, :][..., perm], atol=CLOSE)
+
+    def move(x):
+        return x[..., perm, :][..., perm]
+
+    out = run(name, attn, extras)
+    np.testing.assert_allclose(run(name, move(attn), apply(extras, move)), move(out), atol=CLOSE)
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_layer_one_is_the_head_average_plus_residual(name):
-    # raw: W(1); rollout and flow: A(1) = .5 W(1) + .5 I (the paper: layer 1 of rollout = flow)
+def test_layer_one(name):
+    # raw: W(1); rollout and flow: A(1) = .5 W(1) + .5 I (the paper: layer 1 of rollout = flow);
+    # chefer: I + mean_h[(∇A ⊙ A)⁺]; chefer_lrp: rownorm(I + mean_h[(∇A ⊙ R(A))⁺])
     attn = random_attention(np.random.default_rng(5), 2, 3, 4, 4)
+    extras = extra_inputs(name, attn)
     w1 = attn[0].mean(0)
-    expected = w1 if name == "raw" else 0.5 * w1 + 0.5 * np.eye(4)
-    np.testing.assert_allclose(EXPLAINERS[name](attn, residual=0.5, heads="mean")[0], expected, atol=CLOSE)
+    if name == "raw":
+        expected = w1
+    elif name == "chefer":
+        expected = np.eye(4) + np.maximum(extras["attn_grad"][0] * attn[0], 0).mean(0)
+    elif name == "chefer_lrp":
+        a = np.eye(4) + np.maximum(extras["attn_grad"][0] * extras["attn_relevance"][0], 0).mean(0)
+        expected = a / a.sum(-1, keepdims=True)
+    else:
+        expected = 0.5 * w1 + 0.5 * np.eye(4)
+    np.testing.assert_allclose(run(name, attn, extras)[0], expected, atol=CLOSE)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -109,10 +196,11 @@ def test_padded_positions_get_exactly_zero_and_real_ones_match_the_unpadded_samp
     rng = np.random.default_rng(6)
     lengths = [3, 5, 1]
     attn = padded_batch(rng, lengths)
-    out = EXPLAINERS[name](attn, residual=0.5, heads="mean", lengths=lengths)
+    extras = extra_inputs(name, attn)  # garbage (nonzero) in padded positions too
+    out = run(name, attn, extras, lengths=lengths)
     for b, n in enumerate(lengths):
         assert np.all(out[b, :, n:, :] == 0) and np.all(out[b, :, :, n:] == 0)
-        alone = EXPLAINERS[name](attn[b, :, :, :n, :n], residual=0.5, heads="mean")
+        alone = run(name, attn[b, :, :, :n, :n], apply(extras, lambda x, b=b, n=n: x[b, :, :, :n, :n]))
         np.testing.assert_allclose(out[b, :, :n, :n], alone, atol=CLOSE)
 
 
@@ -124,9 +212,10 @@ def test_mask_with_holes_equals_dropping_the_masked_tokens(name):
     attn = np.full((1, 3, 2, 5, 5), 0.2)
     attn[0][np.ix_(range(3), range(2), real, real)] = inner
     attn[0][np.ix_(range(3), range(2), real, [1, 4])] = 0.0
+    extras = extra_inputs(name, attn)
     mask = np.isin(np.arange(5), real)[None]
-    out = EXPLAINERS[name](attn, residual=0.5, heads="mean", mask=mask)[0]
-    alone = EXPLAINERS[name](inner, residual=0.5, heads="mean")
+    out = run(name, attn, extras, mask=mask)[0]
+    alone = run(name, inner, apply(extras, lambda x: x[0][np.ix_(range(3), range(2), real, real)]))
     np.testing.assert_allclose(out[np.ix_(range(3), real, real)], alone, atol=CLOSE)
     assert np.all(out[:, [1, 4], :] == 0) and np.all(out[:, :, [1, 4]] == 0)
 
@@ -134,13 +223,10 @@ def test_mask_with_holes_equals_dropping_the_masked_tokens(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_rows_option_equals_taking_rows_of_the_full_map(name):
     attn = random_attention(np.random.default_rng(8), 3, 2, 5, 5)
-    full = EXPLAINERS[name](attn, residual=0.5, heads="mean")
-    np.testing.assert_allclose(
-        EXPLAINERS[name](attn, residual=0.5, heads="mean", rows=[0]), full[:, [0]], atol=CLOSE
-    )
-    np.testing.assert_allclose(
-        EXPLAINERS[name](attn, residual=0.5, heads="mean", rows=[4, 1]), full[:, [4, 1]], atol=CLOSE
-    )
+    extras = extra_inputs(name, attn)
+    full = run(name, attn, extras)
+    np.testing.assert_allclose(run(name, attn, extras, rows=[0]), full[:, [0]], atol=CLOSE)
+    np.testing.assert_allclose(run(name, attn, extras, rows=[4, 1]), full[:, [4, 1]], atol=CLOSE)
     np.testing.assert_allclose(select_rows(full, "cls"), full[:, 0], atol=CLOSE)
 
 
@@ -148,25 +234,25 @@ def test_rows_option_equals_taking_rows_of_the_full_map(name):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_torch_in_torch_out_same_dtype_and_values(name, dtype):
     attn = random_attention(np.random.default_rng(9), 2, 2, 3, 3)
-    out = EXPLAINERS[name](torch.tensor(attn, dtype=dtype), residual=0.5, heads="mean")
+    extras = extra_inputs(name, attn)
+    out = run(name, torch.tensor(attn, dtype=dtype), apply(extras, lambda x: torch.tensor(x, dtype=dtype)))
     assert isinstance(out, torch.Tensor) and out.dtype == dtype and out.device.type == "cpu"
     tol = 1e-6 if dtype == torch.float32 else CLOSE
-    np.testing.assert_allclose(
-        out.double().numpy(), EXPLAINERS[name](attn, residual=0.5, heads="mean"), atol=tol
-    )
+    np.testing.assert_allclose(out.double().numpy(), run(name, attn, extras), atol=tol)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_numpy_float32_in_float32_out(name):
     attn = random_attention(np.random.default_rng(10), 2, 2, 3, 3).astype(np.float32)
-    out = EXPLAINERS[name](attn, residual=0.5, heads="mean")
+    out = run(name, attn, apply(extra_inputs(name, attn), lambda x: x.astype(np.float32)))
     assert isinstance(out, np.ndarray) and out.dtype == np.float32
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_single_head_choice_equals_a_one_head_input(name):
     attn = random_attention(np.random.default_rng(11), 2, 3, 4, 4)
+    extras = extra_inputs(name, attn)
     np.testing.assert_allclose(
-        EXPLAINERS[name](attn, residual=0.5, heads=2),
-        EXPLAINERS[name](attn[:, 2:3], residual=0.5, heads="mean"),
+        run(name, attn, extras, heads=2),
+        run(name, attn[:, 2:3], apply(extras, lambda x: x[:, 2:3])),
     )

@@ -1,0 +1,197 @@
+"""Class-specific relevance maps of Chefer, Gur & Wolf (2021): the LRP rule and the generic rule.
+
+Both weigh each head's attention by the gradient of the explained logit, keep the positive part,
+average the heads and compose the layers like rollout (later layers multiply on the left):
+
+- generic (ICCV 2021, "Generic Attention-model Explainability", eq. 6), from (A, ∇A):
+  R(0) = I;  R(l) = R(l-1) + Ā(l) R(l-1),  Ā(l) = mean_h[(∇A(l) ⊙ A(l))⁺]; no normalisation.
+- LRP (CVPR 2021, "Transformer Interpretability Beyond Attention Visualization", eq. 13-14),
+  from (R(A), ∇A) where R(A) is the LRP relevance of each attention map (``attnflow.lrp``):
+  C(l) = rownorm(I + Ā(l)) C(l-1),  Ā(l) = mean_h[(∇A(l) ⊙ R(A(l)))⁺], C before the first layer = I;
+  rows of C sum to 1 (the row normalisation of the authors' code).
+
+∇A = ∂ logit[target] / ∂ A. Every layer's map is returned, [..., layer, query, key], so layer l
+can be read like rollout's; layers before ``start_layer`` are the identity (nothing composed yet).
+The CLS self-relevance C[0, 0] dominates row 0; ``cls_self`` picks what the authors' code does
+with it: "keep" (the matrices as computed; the fixture's numbers), "min" (the CVPR code sets
+C[0, 0] = min(C[0])), "zero" (the ICCV code sets it to 0).
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+from ._common import Prepared, aggregate_heads, as_numpy, check_heads, mix_residual, prepare, valid_positions
+
+__all__ = ["CLS_SELF", "chefer_generic", "chefer_lrp"]
+
+CLS_SELF = ("keep", "min", "zero")
+
+
+def _check_options(start_layer: Any, cls_self: Any, n_layers: int) -> int:
+    if cls_self not in CLS_SELF:
+        raise ValueError(f"cls_self must be one of {CLS_SELF}, got {cls_self!r}")
+    if isinstance(start_layer, bool) or not isinstance(start_layer, numbers.Integral):
+        raise ValueError(f"start_layer must be an int, got {start_layer!r}")
+    if not 0 <= start_layer < n_layers:
+        raise ValueError(f"start_layer {start_layer} out of range for {n_layers} layers")
+    return int(start_layer)
+
+
+def _prepare_scores(x: Any, name: str, *, lengths: Any, mask: Any) -> Prepared:
+    """Shape rules of ``prepare`` for an attention-shaped array of any real values (R(A), ∇A)."""
+    arr = as_numpy(x, name)
+    if arr.ndim not in (4, 5):
+        raise ValueError(
+            f"{name} must have 4 dims [layer, head, query, key] or 5 dims [batch, layer, head, query, key], "
+            f"got shape {arr.shape}"
+        )
+    batched = arr.ndim == 5
+    if not batched:
+        if lengths is not None or mask is not None:
+            raise ValueError("lengths / mask need a batched input [batch, layer, head, query, key]")
+        arr = arr[None]
+    if arr.shape[-1] != arr.shape[-2]:
+        raise ValueError(f"{name} must be square over [query, key], got {arr.shape[-2]} x {arr.shape[-1]}")
+    if min(arr.shape) == 0:
+        raise ValueError(f"{name} has an empty axis: shape {arr.shape}")
+    valid = valid_positions(lengths, mask, arr.shape[0], arr.shape[-1])
+    return Prepared(attn=arr, valid=valid, batched=batched, like=x)
+
+
+def _companion(x: Any, name: str, p: Prepared, method: str) -> np.ndarray:
+    """An input shaped like p.attn, as float64 with padded rows and columns 0; finite on real ones."""
+    if x is None:
+        raise ValueError(f"{method} needs {name}, shaped like attn (see attnflow.lrp.lrp_relevance)")
+    arr = as_numpy(x, name)
+    if not p.batched:
+        arr = arr[None]
+    if arr.shape != p.attn.shape:
+        shape = p.attn.shape if p.batched else p.attn.shape[1:]
+        raise ValueError(f"{name} must have the shape of attn {shape}, got {as_numpy(x, name).shape}")
+    out = arr.astype(np.float64)
+    if not p.full:
+        pair = p.valid[:, None, None, :, None] & p.valid[:, None, None, None, :]  # (B, 1, 1, T, T)
+        out = np.where(pair, out, 0.0)
+    if not np.all(np.isfinite(out)):
+        raise ValueError(f"{name} contains NaN or inf")
+    return out
+
+
+def _weighted_heads(p: Prepared, grad: np.ndarray, other: np.ndarray, heads: Any) -> np.ndarray:
+    """Ā = agg_h[(∇A ⊙ X)⁺] per layer, padding 0: (B, L, H, T, T) -> (B, L, T, T) float64."""
+    positive = np.maximum(grad * other, 0.0)  # (B, L, H, T, T)
+    return aggregate_heads(Prepared(positive, p.valid, p.batched, p.like), heads, renormalize=False)
+
+
+def _identity(valid: np.ndarray) -> np.ndarray:
+    """(B, T, T): the identity on each sample's real positions, 0 on padding."""
+    return np.eye(valid.shape[1]) * valid[:, None, :]
+
+
+def _cls_self(maps: np.ndarray, valid: np.ndarray, cls_self: str) -> np.ndarray:
+    """Apply the CLS-self choice to entry [0, 0] of every layer's map. maps: (B, L, T, T)."""
+    if cls_self == "keep":
+        return maps
+    out = maps.copy()
+    if cls_self == "zero":
+        value = np.zeros(maps.shape[:2])
+    else:  # min over the real keys of row 0, itself included (as the authors' rollout[:, 0].min())
+        value = np.where(valid[:, None, :], maps[:, :, 0, :], np.inf).min(axis=-1)  # (B, L)
+    out[:, :, 0, 0] = np.where(valid[:, :1], value, 0.0)  # a padded position 0 stays 0
+    return out
+
+
+def _compose(step: np.ndarray, valid: np.ndarray, start_layer: int, *, accumulate: bool) -> np.ndarray:
+    """Per-layer products from start_layer. step: (B, L, T, T) -> (B, L, T, T).
+
+    accumulate: R(l) = R(l-1) + step(l) R(l-1) (generic); else C(l) = step(l) C(l-1) (LRP).
+    """
+    out = np.empty_like(step)
+    r = _identity(valid)  # (B, T, T)
+    for layer in range(step.shape[1]):
+        if layer >= start_layer:
+            r = r + step[:, layer] @ r if accumulate else step[:, layer] @ r  # (B, T, T)
+        out[:, layer] = r
+    return out
+
+
+def chefer_generic(
+    attn: Any,
+    attn_grad: Any,
+    *,
+    heads: str | int = "mean",
+    start_layer: int = 0,
+    cls_self: str = "keep",
+    lengths: Any = None,
+    mask: Any = None,
+) -> Any:
+    """Generic attention-model relevance (Chefer, Gur & Wolf, ICCV 2021, eq. 5-6), every layer.
+
+    Ā(l) = mean_h[(∇A(l) ⊙ A(l))⁺] (heads: "mean", "sum", "max" or one head index), and
+    R(l) = R(l-1) + Ā(l) R(l-1) from R = I at ``start_layer``. R - I >= 0 elementwise, so rows
+    sum to >= 1; there is no normalisation. With ∇A = 1 and one head, R(l) = Π (I + A(k)).
+
+    attn: probabilities [layer, head, query, key] or [batch, ...]; attn_grad: ∂ logit[target] / ∂ attn,
+    same shape. lengths / mask mark real tokens of a padded batch. Returns [..., layer, query, key]
+    of attn's kind; padded rows and columns are exactly 0.
+
+    >>> import numpy as np
+    >>> a1 = [[1.0, 0.0], [0.5, 0.5]]
+    >>> a2 = [[0.5, 0.5], [0.0, 1.0]]
+    >>> attn = np.array([[a1], [a2]])  # (2 layers, 1 head, 2, 2)
+    >>> chefer_generic(attn, np.ones_like(attn))[1].tolist()  # (I + A2)(I + A1)
+    [[3.25, 0.75], [1.0, 3.0]]
+    """
+    p = prepare(attn, lengths=lengths, mask=mask)
+    check_heads(heads, p.attn.shape[2])
+    start = _check_options(start_layer, cls_self, p.attn.shape[1])
+    grad = _companion(attn_grad, "attn_grad", p, "chefer_generic")
+    step = _weighted_heads(p, grad, p.attn.astype(np.float64), heads)  # (B, L, T, T)
+    maps = _compose(step, p.valid, start, accumulate=True)
+    return p.to_output(_cls_self(maps, p.valid, cls_self))
+
+
+def _lrp_maps(
+    p: Prepared, relevance: np.ndarray, grad: np.ndarray, heads: Any, start: int, cls_self: str
+) -> np.ndarray:
+    """C(l) per layer from R(A) and ∇A (float64, batched): (B, L, H, T, T) x 2 -> (B, L, T, T)."""
+    # rownorm(.5 Ā + .5 I) = rownorm(I + Ā): the shared residual mix, identity on real positions only
+    step = mix_residual(_weighted_heads(p, grad, relevance, heads), p.valid, 0.5)  # (B, L, T, T)
+    return _cls_self(_compose(step, p.valid, start, accumulate=False), p.valid, cls_self)
+
+
+def chefer_lrp(
+    attn_relevance: Any,
+    attn_grad: Any,
+    *,
+    heads: str | int = "mean",
+    start_layer: int = 0,
+    cls_self: str = "keep",
+    lengths: Any = None,
+    mask: Any = None,
+) -> Any:
+    """Transformer attribution (Chefer, Gur & Wolf, CVPR 2021, eq. 13-14), every layer.
+
+    Ā(l) = mean_h[(∇A(l) ⊙ R(A(l)))⁺] (heads: "mean", "sum", "max" or one head index), and
+    C(l) = rownorm(I + Ā(l)) C(l-1) from C = I at ``start_layer`` (the authors' rollout with
+    row normalisation); rows of C sum to 1 on the real positions.
+
+    attn_relevance: R(A), the LRP relevance of each attention map [layer, head, query, key] or
+    [batch, ...] (``attnflow.lrp.lrp_relevance(...).attn_relevance``); attn_grad: ∂ logit / ∂ attn,
+    same shape. Returns [..., layer, query, key] of attn_relevance's kind; padding exactly 0.
+
+    >>> import numpy as np
+    >>> r = np.array([[[[0.0, 0.0], [1.0, 0.0]]]])  # (1 layer, 1 head): token 1 draws on token 0
+    >>> chefer_lrp(r, np.ones_like(r))[0].tolist()  # rownorm([[1, 0], [1, 1]])
+    [[1.0, 0.0], [0.5, 0.5]]
+    """
+    p = _prepare_scores(attn_relevance, "attn_relevance", lengths=lengths, mask=mask)
+    check_heads(heads, p.attn.shape[2])
+    start = _check_options(start_layer, cls_self, p.attn.shape[1])
+    relevance = _companion(attn_relevance, "attn_relevance", p, "chefer_lrp")
+    grad = _companion(attn_grad, "attn_grad", p, "chefer_lrp")
+    return p.to_output(_lrp_maps(p, relevance, grad, heads, start, cls_self))

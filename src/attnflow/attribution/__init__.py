@@ -2,12 +2,20 @@
 
 ``ATTRIBUTIONS`` maps the study's names to the functions; all share the call
 ``fn(model, input_ids (B, T), attention_mask (B, T), **options) -> Tensor (B, T)``.
-``deletion_curve`` is not an importance score (it evaluates one), so it is not in the registry.
+``perturbation_curve`` is not an importance score (it evaluates one), so it is not in the registry;
+nor is ``random_scores`` (the seeded floor needs each sample's index in the data set, not a model).
 """
 
 from .blank_out import PAD_ID, blank_out
-from .deletion_curve import deletion_curve
 from .input_gradients import REDUCTIONS, TARGETS, input_gradients
+from .perturbation import (
+    CHEFER_FRACTIONS,
+    FERRET_FRACTIONS,
+    MODES,
+    ROUNDINGS,
+    perturbation_curve,
+    random_scores,
+)
 
 ATTRIBUTIONS = {
     "blank_out": blank_out,
@@ -16,10 +24,15 @@ ATTRIBUTIONS = {
 
 __all__ = [
     "ATTRIBUTIONS",
+    "CHEFER_FRACTIONS",
+    "FERRET_FRACTIONS",
+    "MODES",
     "PAD_ID",
     "REDUCTIONS",
+    "ROUNDINGS",
     "TARGETS",
     "blank_out",
-    "deletion_curve",
     "input_gradients",
+    "perturbation_curve",
+    "random_scores",
 ]

@@ -2,12 +2,15 @@
 
 ``conf/`` is the source of truth. ``params.yaml`` is its composition (by ``python -m
 pipelines.compose`` for ``dvc repro``, or by DVC itself for ``dvc exp run -S key=value``), and every
-stage reads params.yaml, never re-composes, so ``-S`` overrides reach the stage.
+stage reads params.yaml, never re-composes, so ``-S`` overrides reach the stage. Validation runs
+before any stage touches a file: unknown keys, wrong types, unset ``???`` values, values outside
+their choices and values outside their range all fail at start, naming the file and the key.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from attnflow.io import write_text
 from attnflow.schema import CHOICES, StudyConfig
+from attnflow.tasks import TASKS
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = ROOT / "conf"
@@ -32,34 +36,143 @@ def compose(
     overrides: Sequence[str] = (), *, config_dir: Path = CONF_DIR, name: str = "config"
 ) -> DictConfig:
     """Compose ``conf/`` with Hydra overrides, resolve it, and validate it."""
-    with initialize_config_dir(config_dir=str(config_dir.resolve()), version_base="1.3"):
-        cfg = hydra_compose(config_name=name, overrides=list(overrides))
+    try:
+        with initialize_config_dir(config_dir=str(config_dir.resolve()), version_base="1.3"):
+            cfg = hydra_compose(config_name=name, overrides=list(overrides))
+    except Exception as exc:  # hydra's override / missing-group errors
+        raise ConfigError(f"{config_dir / name}.yaml: {exc}") from None
     return validate(cfg, source=str(config_dir / f"{name}.yaml"))
 
 
-def validate(cfg: DictConfig | dict, *, source: str = "config") -> DictConfig:
-    """Merge into the schema: unknown keys, wrong types, ``???`` values and bad choices fail here."""
+def _merge(schema: Any, node: Any, where: str, source: str) -> DictConfig:
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(StudyConfig), cfg)
+        merged = OmegaConf.merge(OmegaConf.structured(schema), node)
         OmegaConf.resolve(merged)
-        missing = sorted(OmegaConf.missing_keys(merged))
     except OmegaConfBaseException as exc:
-        raise ConfigError(f"{source}: {exc.__class__.__name__}: {exc}".strip()) from None
-    if missing:
-        raise ConfigError(f"{source}: mandatory value(s) not set: {', '.join(missing)}")
-    container = OmegaConf.to_container(merged)
-    for pattern, allowed in CHOICES.items():
-        for key, value in _lookup(container, pattern.split(".")):
-            for v in value if isinstance(value, list) else [value]:
-                if v not in allowed:
-                    raise ConfigError(f"{source}: {key}={v!r} is not one of {', '.join(allowed)}")
-    for task in container["tasks"]:
-        cls = container["attribution"]["gradient_class"][task]
-        if cls not in ("predicted", "gold") and not str(cls).isdigit():
-            raise ConfigError(
-                f"{source}: attribution.gradient_class.{task}={cls!r} is not predicted, gold or a class index"
-            )
+        key = f"{where}.{exc.full_key}" if where and getattr(exc, "full_key", None) else where
+        raise ConfigError(
+            f"{source}: {key + ': ' if key else ''}{exc.__class__.__name__}: {exc}".strip()
+        ) from None
+    if missing := sorted(OmegaConf.missing_keys(merged)):
+        raise ConfigError(
+            f"{source}: mandatory value(s) not set: {', '.join(f'{where}.{k}' if where else k for k in missing)}"
+        )
     return merged
+
+
+def validate(cfg: DictConfig | dict, *, source: str = "config") -> DictConfig:
+    """Merge into the schema and check every task block, choice and range; return the merged config."""
+    merged = _merge(StudyConfig, cfg, "", source)
+    for name in merged.task:
+        if name not in TASKS:
+            raise ConfigError(f"{source}: task.{name}: unknown task; known: {', '.join(TASKS)}")
+        spec = TASKS[name]
+        for block, schema in (("data", spec.data_config), ("model", spec.model_config)):
+            merged.task[name][block] = _merge(
+                schema, merged.task[name][block], f"task.{name}.{block}", source
+            )
+    container = OmegaConf.to_container(merged)
+    if not container["tasks"]:
+        raise ConfigError(f"{source}: tasks is empty; name at least one of {', '.join(container['task'])}")
+    for task in container["tasks"]:
+        if task not in container["task"]:
+            raise ConfigError(
+                f"{source}: tasks: {task!r} has no config node task.{task}; known: {', '.join(container['task'])}"
+            )
+    for key, value, allowed in _choice_checks(container):
+        for v in value if isinstance(value, list) else [value]:
+            if v not in allowed:
+                raise ConfigError(f"{source}: {key}={v!r} is not one of {', '.join(map(str, allowed))}")
+    for pattern, ok, rule in RANGES:
+        for key, value in _lookup(container, pattern.split(".")):
+            if value is not None and not ok(value):
+                raise ConfigError(f"{source}: {key}={value!r}: {rule}")
+    for check in TASK_CHECKS:
+        for name, task in container["task"].items():
+            if problem := check(task):
+                raise ConfigError(f"{source}: task.{name}.{problem}")
+    return merged
+
+
+def _choice_checks(container: dict) -> list[tuple[str, Any, Sequence[Any]]]:
+    checks = [
+        (k, v, allowed)
+        for pattern, allowed in CHOICES.items()
+        for k, v in _lookup(container, pattern.split("."))
+    ]
+    for name, task in container["task"].items():
+        checks.append((f"task.{name}.capture.split", task["capture"]["split"], TASKS[name].splits))
+        cls = task["gradient_class"]
+        if cls not in ("predicted", "gold") and not str(cls).isdigit():
+            checks.append((f"task.{name}.gradient_class", cls, ("predicted", "gold", "a class index")))
+    return checks
+
+
+def _positive(x: Any) -> bool:
+    return x > 0
+
+
+def _at_least(n: int) -> Callable[[Any], bool]:
+    return lambda x: x >= n
+
+
+def _nonempty(x: Any) -> bool:
+    return len(x) > 0
+
+
+# (dotted pattern, check, the rule in words); "*" matches any key at that level; None passes.
+RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
+    ("seed", _at_least(0), "must be >= 0"),
+    ("data.timeout_s", _positive, "must be > 0"),
+    ("task.*.train.max_epochs", _at_least(1), "must be >= 1"),
+    ("task.*.train.batch_size", _at_least(1), "must be >= 1"),
+    ("task.*.train.eval_batch_size", _at_least(1), "must be >= 1"),
+    ("task.*.train.lr", _positive, "the learning rate must be > 0"),
+    ("task.*.train.weight_decay", _at_least(0), "must be >= 0"),
+    ("task.*.train.warmup_ratio", lambda x: 0 <= x <= 1, "must lie in [0, 1]"),
+    ("task.*.train.gradient_clip_val", _at_least(0), "must be >= 0 (0 = no clipping)"),
+    ("task.*.train.patience", _at_least(1), "must be >= 1"),
+    ("task.*.train.max_time_minutes", _positive, "must be > 0 or null"),
+    ("task.*.train.train_subset", _at_least(1), "must be >= 1 or null"),
+    ("task.*.train.val_size", _at_least(1), "must be >= 1 or null"),
+    ("task.*.train.max_length", _at_least(2), "must be >= 2 (CLS and a token) or null"),
+    ("task.*.capture.n_samples", _at_least(1), "must be >= 1"),
+    ("task.*.model.dropout", lambda x: 0 <= x < 1, "must lie in [0, 1)"),
+    ("task.*.model.n_layer", _at_least(1), "must be >= 1"),
+    ("task.*.model.n_head", _at_least(1), "must be >= 1"),
+    ("task.*.model.block_size", _at_least(2), "must be >= 2"),
+    ("task.*.data.min_count", _at_least(1), "must be >= 1"),
+    ("trainer.num_workers", _at_least(0), "must be >= 0"),
+    ("trainer.log_every_n_steps", _at_least(1), "must be >= 1"),
+    ("capture.batch_size", _at_least(1), "must be >= 1"),
+    ("capture.max_length", _at_least(2), "must be >= 2 (CLS and a token)"),
+    ("explain.methods", _nonempty, "name at least one method"),
+    ("explain.residual", lambda x: 0 <= x <= 1, "must lie in [0, 1]"),
+    ("attribution.methods", _nonempty, "name at least one importance score"),
+    ("attribution.batch_size", _at_least(1), "must be >= 1"),
+    ("correlate.n_boot", _at_least(0), "must be >= 0"),
+    ("correlate.ci", lambda x: 0 < x < 1, "must lie in (0, 1)"),
+    ("report.n_examples", _at_least(0), "must be >= 0"),
+]
+
+
+def _split_sums_to_one(task: dict) -> str | None:
+    split = task["data"].get("split")
+    if isinstance(split, dict):
+        parts = list(split.values())
+        if min(parts) < 0 or not math.isclose(sum(parts), 1.0, abs_tol=1e-9):
+            return f"data.split={split}: fractions must be >= 0 and sum to 1"
+    return None
+
+
+def _heads_divide_width(task: dict) -> str | None:
+    model = task["model"]
+    if "n_head" in model and "n_embd" in model and model["n_embd"] % model["n_head"]:
+        return f"model.n_head={model['n_head']}: must divide model.n_embd={model['n_embd']}"
+    return None
+
+
+TASK_CHECKS: list[Callable[[dict], str | None]] = [_split_sums_to_one, _heads_divide_width]
 
 
 def _lookup(tree: Any, parts: list[str], prefix: str = ""):

@@ -2,72 +2,44 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import numpy as np
-import pandas as pd
 from omegaconf import DictConfig
 
-from attnflow import tracking
-from attnflow.capture import capture
-from attnflow.io import atomic_path, save_ragged
+from attnflow.capture import accuracy, capture_split, resolve_device
+from attnflow.io import read_parquet, save_ragged, write_parquet
 from attnflow.models import load_classifier
-from pipelines import _config, _stage
-
-
-def select_samples(frame: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
-    """A seeded random subset of ``n`` rows (all rows if ``n`` >= len), kept in file order."""
-    if n >= len(frame):
-        return frame.assign(sample_id=np.arange(len(frame)))
-    index = np.sort(np.random.default_rng(seed).choice(len(frame), size=n, replace=False))
-    return frame.iloc[index].assign(sample_id=index)
+from attnflow.tasks import get_task
+from pipelines import _stage
 
 
 def run(cfg: DictConfig, task: str) -> None:
-    opts = cfg.capture
-    split = Path(cfg.paths.prepared) / task / f"{opts[task].split}.parquet"
-    model_dir = Path(cfg.paths.models) / task / "model"
-    out = Path(cfg.paths.outputs) / "capture" / task
-    with tracking.stage_run(
-        _config.to_dict(cfg), stage="capture", dataset=task, inputs=[split, model_dir]
-    ) as mlrun:
-        model, encoder = load_classifier(model_dir)
-        samples = select_samples(pd.read_parquet(split), opts[task].n_samples, cfg.seed).reset_index(
-            drop=True
-        )
-        got = capture(
+    paths, opts = _stage.paths(cfg), cfg.task[task].capture
+    split = get_task(task).split_file(paths.prepared_data(task), opts.split)
+    with _stage.stage_run(cfg, "capture", task, inputs=[split, paths.model(task)]) as mlrun:
+        device = resolve_device(cfg.trainer.device)
+        model, encoder = load_classifier(paths.model(task), device=device)
+        samples, attentions = capture_split(
             model,
             encoder,
-            samples["text"].tolist(),
-            batch_size=opts.batch_size,
-            max_length=min(opts.max_length, encoder.max_length or opts.max_length),  # never past the model's
-            dtype=np.dtype(opts.dtype),
+            read_parquet(split),
+            n_samples=opts.n_samples,
+            seed=cfg.seed,
+            batch_size=cfg.capture.batch_size,
+            max_length=cfg.capture.max_length,
+            dtype=cfg.capture.dtype,
+            device=device,
         )
-        samples = samples.assign(
-            tokens=got.tokens,
-            input_ids=[ids.tolist() for ids in got.input_ids],
-            length=got.lengths,
-            pred=got.predictions.astype(np.int8),
-            probs=[p.tolist() for p in got.probs],
-        )
-        with atomic_path(out / "samples.parquet") as tmp:
-            samples.to_parquet(tmp, index=False)
+        write_parquet(paths.samples(task), samples)
+        ids = samples["sample_id"].to_numpy()
         save_ragged(
-            out / "attentions.safetensors",
-            {"attn": got.attentions},
-            metadata={"axes": "layer,head,query,key"},
+            paths.attentions(task), {"attn": attentions}, ids=ids, metadata={"axes": "layer,head,query,key"}
         )
-        labelled = samples["label"] >= 0
-        mlrun.log_metrics(
-            {
-                "n_samples": len(samples),
-                "mean_length": float(samples["length"].mean()),
-                "accuracy": float((samples["pred"] == samples["label"])[labelled].mean())
-                if labelled.any()
-                else float("nan"),
-            }
-        )
+        metrics = {
+            "n_samples": len(samples),
+            "mean_length": float(samples["length"].mean()),
+            "accuracy": accuracy(samples),
+        }
+        mlrun.log_metrics(metrics)
 
 
 if __name__ == "__main__":
-    _stage.main(run, usage="python -m pipelines.capture {agreement|sst2}")
+    _stage.main(run, usage="python -m pipelines.capture TASK")

@@ -2,32 +2,28 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from omegaconf import DictConfig
 
-from attnflow import tracking
 from attnflow.data.download import download
-from pipelines import _config, _stage
+from attnflow.tasks import get_task
+from pipelines import _stage
 
 
 def run(cfg: DictConfig, task: str) -> None:
-    data = cfg.data
-    dest = Path(cfg.paths.raw) / task
-    with tracking.stage_run(_config.to_dict(cfg), stage="download", dataset=task) as mlrun:
+    spec, data, dest = get_task(task), cfg.task[task].data, _stage.paths(cfg).raw_data(task)
+    with _stage.stage_run(cfg, "download", task) as mlrun:
         manifest = download(
-            task,
+            spec.dataset,
             dest,
-            urls=list(data[task].urls),
-            mirrors=list(data.mirrors),
-            timeout_s=data.timeout_s,
-            optional=lambda f: data[task].get("fetch_full_tsv", False) or not f.relpath.endswith(".tsv"),
+            urls=list(data.urls),
+            mirrors=list(cfg.data.mirrors),
+            timeout_s=cfg.data.timeout_s,
+            optional=lambda f: spec.wants(data, f),
         )
-        mlrun.log_metrics(
-            {"files": len(manifest["files"]), "bytes": sum(f["bytes"] for f in manifest["files"].values())}
-        )
+        files = manifest["files"].values()
+        mlrun.log_metrics({"files": len(files), "bytes": sum(f["bytes"] for f in files)})
         mlrun.log_artifact(dest / "download.json")
 
 
 if __name__ == "__main__":
-    _stage.main(run, usage="python -m pipelines.download {agreement|sst2}")
+    _stage.main(run, usage="python -m pipelines.download TASK")

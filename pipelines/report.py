@@ -2,37 +2,30 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from omegaconf import DictConfig
 
-from attnflow import tracking
 from attnflow.report import build_report
 from attnflow.report.inputs import input_paths
-from pipelines import _config
+from pipelines import _config, _stage
 
 
 def run(cfg: DictConfig) -> None:
-    reports, outputs = Path(cfg.paths.reports), Path(cfg.paths.outputs)
-    inputs = [p for task in cfg.tasks for p in input_paths(task, reports, outputs).values() if p.is_file()]
-    config = _config.to_dict(cfg)
-    with tracking.stage_run(config, stage="report", inputs=inputs) as mlrun:
-        report = build_report(
-            tasks=list(cfg.tasks),
-            reports=reports,
-            outputs=outputs,
-            config=config,
-            examples=list(cfg.report.examples),
-            n_examples=cfg.report.n_examples,
-            prepared=cfg.paths.prepared,  # only to say where an example that was not captured is
-        )
-        mlrun.log_metrics(report.cells)  # "<task>/corr/<importance>/<explainer>/L<k>", ...
+    paths = _stage.paths(cfg)
+    inputs = [p for task in cfg.tasks for p in input_paths(task, paths).values() if p.is_file()]
+    inputs += [paths.sweep] if paths.sweep.is_file() else []
+    with _stage.stage_run(cfg, "report", inputs=inputs) as mlrun:
+        report = build_report(tasks=list(cfg.tasks), paths=paths, config=_config.to_dict(cfg))
+        mlrun.log_metrics(report.cells)  # "<task>/corr/<importance>/<method>/L<k>", ...
         for path in report.files:
             mlrun.log_artifact(path, artifact_path="figures" if path in report.figures else None)
 
 
 def main() -> None:
-    run(_config.load())
+    try:
+        cfg = _config.load()
+    except _config.ConfigError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    run(cfg)
 
 
 if __name__ == "__main__":

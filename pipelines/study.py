@@ -2,16 +2,18 @@
 
 Each job runs every stage in its own folder (``multirun/<study>/<job number>/``), logs to the shared
 MLflow store, and writes the same files as ``dvc repro`` below that folder. When the sweep ends,
-:class:`AggregateSeeds` writes ``reports/sweep/aggregate.json`` (mean and spread of every cell over
-the jobs), which the report stage shows (``dvc repro -f -s report`` to refresh it). Launchers:
-``hydra/launcher=joblib`` (default, local processes) or ``hydra/launcher=cluster`` (SLURM).
+:class:`AggregateSeeds` stacks the correlation tables of the jobs that finished into
+``reports/sweep/correlations.csv`` (column ``seed`` added) and lists every job, failed ones with
+their error, in ``reports/sweep/jobs.json``; the report stage reads both (a declared dependency, so
+``dvc repro`` refreshes the report). Launchers: ``hydra/launcher=local`` (default, joblib
+processes), ``hydra/launcher=cluster`` (SLURM) or ``hydra/launcher=submitit_local``.
 """
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from pipelines import _config, attribute, capture, correlate, download, explain, prepare, train
 
 TASK_STAGES = (download, prepare, train, capture, explain, attribute, correlate)
+ERROR_FILE = "error.txt"  # a failed job writes its traceback here, in its own folder
 
 
 def localize(cfg: DictConfig) -> DictConfig:
@@ -45,38 +48,31 @@ def run(cfg: DictConfig) -> None:
 
 @hydra.main(config_path=str(_config.CONF_DIR), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # runs end FAILED, not RUNNING
-    run(localize(cfg))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # runs end, not RUNNING
+    try:
+        run(localize(cfg))
+    except Exception:  # recorded, so the other jobs run and the aggregate names this one
+        Path(ERROR_FILE).write_text(traceback.format_exc(), encoding="utf-8")
+        print(traceback.format_exc(), file=sys.stderr)
+    except BaseException:  # SIGTERM, Ctrl-C: recorded, and the sweep stops
+        Path(ERROR_FILE).write_text(traceback.format_exc(), encoding="utf-8")
+        raise
 
 
 class AggregateSeeds(Callback):
-    """After a sweep: aggregate each task's correlations over the jobs into reports/sweep/."""
-
-    def __init__(self, out: str = "reports/sweep/aggregate.json") -> None:
-        self.out = out
+    """After a sweep: stack the finished jobs' correlation tables into reports/sweep/."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from attnflow.io import write_json
-        from attnflow.report.aggregate import sweep_payload
+        from attnflow.paths import StudyPaths
+        from attnflow.sweep import stack_jobs
 
-        sweep = Path(config.hydra.sweep.dir)
-        jobs = sorted(p for p in sweep.iterdir() if (p / "params.yaml").is_file())
-        # Only jobs that finished every task enter, so seeds and per-task results stay paired.
-        done = [
-            p
-            for p in jobs
-            if all((p / config.paths.reports / t / "correlations.json").is_file() for t in config.tasks)
-        ]
-        runs_by_task = {
-            t: [json.loads((p / config.paths.reports / t / "correlations.json").read_text()) for p in done]
-            for t in config.tasks
-        }
-        payload = sweep_payload(
-            runs_by_task if done else {}, [int(OmegaConf.load(p / "params.yaml").seed) for p in done]
+        out = StudyPaths.from_config(config.paths, root=to_absolute_path("."))
+        report = stack_jobs(
+            Path(config.hydra.sweep.dir), config.paths, list(config.tasks), out, error_file=ERROR_FILE
         )
-        payload["jobs"] = [p.name for p in done]
-        payload["incomplete_jobs"] = [p.name for p in jobs if p not in done]
-        write_json(Path(to_absolute_path(self.out)), payload)
+        if report["failed"]:
+            names = "; ".join(f"job {j['job']} ({j['overrides']}): {j['error']}" for j in report["failed"])
+            sys.exit(f"sweep: {len(report['failed'])} job(s) failed, aggregated the others: {names}")
 
 
 if __name__ == "__main__":

@@ -9,15 +9,19 @@ probability distributions over real tokens.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-__all__ = ["Captured", "capture", "length_batches", "pad_batch"]
+from attnflow.batches import length_batches
+
+__all__ = ["Captured", "accuracy", "capture", "capture_split", "resolve_device", "select_samples"]
 
 
 @dataclass
@@ -94,27 +98,75 @@ def capture(
     )
 
 
-def pad_batch(rows: Sequence[np.ndarray], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad id sequences into ``input_ids`` and ``attention_mask`` ``(B, T_max)``.
+def resolve_device(name: str = "auto") -> torch.device:
+    """``auto``: the first CUDA device when there is one, else the CPU; else ``torch.device(name)``.
 
-    >>> ids, mask = pad_batch([np.array([2, 5, 6]), np.array([2, 7])], pad_id=0)
-    >>> ids.tolist(), mask.tolist()
-    ([[2, 5, 6], [2, 7, 0]], [[1, 1, 1], [1, 1, 0]])
+    >>> resolve_device("cpu")
+    device(type='cpu')
     """
-    width = max((len(r) for r in rows), default=0)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(np.asarray(r), dtype=torch.long)
-        mask[i, : len(r)] = 1
-    return ids, mask
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} asked for, but no CUDA device is available; use auto or cpu")
+    return device
 
 
-def length_batches(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:
-    """Indices grouped into batches of similar length (stable), covering every index once.
+def select_samples(frame: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
+    """A seeded random subset of ``n`` rows (all rows if ``n`` >= len), kept in file order, with
+    ``sample_id`` = the row's position in ``frame`` (the id every later stage joins on)."""
+    if n >= len(frame):
+        if n > len(frame):
+            warnings.warn(
+                f"{n} samples asked for, the split has only {len(frame)}: using all of them", stacklevel=2
+            )
+        return frame.assign(sample_id=np.arange(len(frame))).reset_index(drop=True)
+    index = np.sort(np.random.default_rng(seed).choice(len(frame), size=n, replace=False))
+    return frame.iloc[index].assign(sample_id=index).reset_index(drop=True)
 
-    >>> [b.tolist() for b in length_batches([5, 1, 3, 2], 2)]
-    [[1, 3], [2, 0]]
+
+def capture_split(
+    model: torch.nn.Module,
+    encoder: Any,
+    frame: pd.DataFrame,
+    *,
+    n_samples: int,
+    seed: int,
+    batch_size: int = 64,
+    max_length: int | None = None,
+    dtype: np.dtype | str = np.float32,
+    device: str | torch.device = "cpu",
+) -> tuple[pd.DataFrame, list[np.ndarray]]:
+    """Select the study samples of one split and run the model on them.
+
+    Returns the samples (the split's columns plus ``sample_id``, ``tokens``, ``input_ids``,
+    ``length``, ``pred``, ``probs``) and each sample's attentions ``(L, H, T_i, T_i)``, in the same
+    order. ``max_length`` is capped at the encoder's own limit.
     """
-    order = np.argsort(np.asarray(lengths), kind="stable")
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    if frame.empty:
+        raise ValueError("the split has no rows to capture")
+    samples = select_samples(frame, n_samples, seed)
+    limit = getattr(encoder, "max_length", None)
+    got = capture(
+        model,
+        encoder,
+        samples["text"].tolist(),
+        batch_size=batch_size,
+        max_length=min(max_length, limit) if max_length and limit else (max_length or limit),
+        dtype=np.dtype(dtype),
+        device=device,
+    )
+    samples = samples.assign(
+        tokens=got.tokens,
+        input_ids=[ids.tolist() for ids in got.input_ids],
+        length=got.lengths,
+        pred=got.predictions.astype(np.int8),
+        probs=[p.tolist() for p in got.probs],
+    )
+    return samples, got.attentions
+
+
+def accuracy(samples: pd.DataFrame) -> float:
+    """Accuracy of ``pred`` on the labelled rows (label >= 0); nan when none is labelled."""
+    labelled = samples["label"] >= 0
+    return float((samples["pred"] == samples["label"])[labelled].mean()) if labelled.any() else float("nan")

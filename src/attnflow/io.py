@@ -1,4 +1,5 @@
-"""Atomic writes: a temporary file in the target folder, renamed into place once complete."""
+"""Artifacts on disk: atomic writes (a temporary file in the target folder, renamed into place once
+complete) and loads that name the file when it is missing or unreadable."""
 
 from __future__ import annotations
 
@@ -9,17 +10,77 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-__all__ = ["atomic_path", "load_ragged", "save_ragged", "write_json", "write_text"]
+__all__ = [
+    "ArtifactError",
+    "align_ids",
+    "atomic_path",
+    "load_artifact",
+    "load_ragged",
+    "read_json",
+    "read_parquet",
+    "save_ragged",
+    "umask_modes",
+    "write_json",
+    "write_parquet",
+    "write_text",
+]
+
+T = TypeVar("T")
+
+
+class ArtifactError(ValueError):
+    """A stage input exists but cannot be read; the message starts with its path."""
+
+
+def load_artifact(path: str | Path, reader: Callable[[Path], T], *, what: str = "file") -> T:
+    """``reader(path)``, with a missing or unreadable file reported as ``<path>: ...``.
+
+    The one place where artifact loads turn low-level errors (a truncated safetensors file, bad
+    JSON, a corrupt parquet) into messages that name the file.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: {what} not found; run the stage that writes it first")
+    try:
+        return reader(path)
+    except (ArtifactError, FileNotFoundError):
+        raise
+    except Exception as exc:
+        first = (str(exc).splitlines() or [""])[0]
+        raise ArtifactError(f"{path}: unreadable {what} ({type(exc).__name__}: {first})") from exc
+
+
+def read_json(path: str | Path) -> Any:
+    return load_artifact(path, lambda p: json.loads(p.read_text(encoding="utf-8")), what="JSON file")
+
+
+def read_parquet(path: str | Path, **kwargs: Any):
+    import pandas as pd
+
+    return load_artifact(path, lambda p: pd.read_parquet(p, **kwargs), what="parquet table")
+
+
+def write_parquet(path: str | Path, frame: Any) -> None:
+    with atomic_path(path) as tmp:
+        frame.to_parquet(tmp, index=False)
 
 
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def umask_modes(path: str | Path) -> None:
+    """Give a file, or a folder and everything below it, the modes a plain ``open`` / ``mkdir``
+    would (0666 / 0777 less the umask); temporary files and folders are made 0600 / 0700."""
+    path = Path(path)
+    for p in [path, *path.rglob("*")] if path.is_dir() else [path]:
+        os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~_umask())
 
 
 @contextmanager
@@ -33,7 +94,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     try:
         yield tmp
         if tmp.is_file():  # mkstemp makes 0600 files: give the result the usual umask mode
-            os.chmod(tmp, 0o666 & ~_umask())
+            umask_modes(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -68,12 +129,18 @@ def write_json(path: str | Path, payload: Any, *, default: Callable[[Any], Any] 
 
 
 def save_ragged(
-    path: str | Path, arrays: dict[str, list[np.ndarray]], *, metadata: dict[str, str] | None = None
+    path: str | Path,
+    arrays: dict[str, list[np.ndarray]],
+    *,
+    ids: Any = None,
+    metadata: dict[str, str] | None = None,
 ) -> None:
     """Store lists of variable-shape arrays in one safetensors file (no pickle), atomically.
 
     Each list becomes ``<name>.data`` (the arrays raveled and concatenated) and ``<name>.shapes``
     (one row of dimensions per array). All arrays of one list must share their number of dimensions.
+    ``ids`` (one per array, e.g. the samples' ``sample_id``) are stored as ``sample_id`` so that
+    later stages join on them, not on list positions.
 
     >>> import tempfile, numpy as np
     >>> p = Path(tempfile.mkdtemp()) / "r.safetensors"
@@ -94,17 +161,27 @@ def save_ragged(
         )
         flat = [np.ravel(a) for a in items]
         tensors[f"{name}.data"] = np.ascontiguousarray(np.concatenate(flat) if flat else np.zeros(0))
+    if ids is not None:
+        ids = np.asarray(ids, dtype=np.int64)
+        if any(len(items) != len(ids) for items in arrays.values()):
+            raise ValueError(
+                f"{path}: {len(ids)} ids for lists of {sorted({len(v) for v in arrays.values()})}"
+            )
+        tensors["sample_id"] = ids
     with atomic_path(path) as tmp:
         save_file(tensors, str(tmp), metadata=metadata)
 
 
-def load_ragged(path: str | Path) -> dict[str, list[np.ndarray]]:
-    """Inverse of :func:`save_ragged`."""
+def load_ragged(path: str | Path, *, with_ids: bool = False) -> Any:
+    """Inverse of :func:`save_ragged`: ``{name: [arrays]}``, or ``(that, ids)`` with ``with_ids``
+    (``ids`` None when the file has none)."""
+    out, ids = load_artifact(path, _read_ragged, what="safetensors file")
+    return (out, ids) if with_ids else out
+
+
+def _read_ragged(path: Path) -> tuple[dict[str, list[np.ndarray]], np.ndarray | None]:
     from safetensors.numpy import load_file
 
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: not found; run the stage that writes it first")
     tensors = load_file(str(path))
     out: dict[str, list[np.ndarray]] = {}
     for key in tensors:
@@ -114,9 +191,32 @@ def load_ragged(path: str | Path) -> dict[str, list[np.ndarray]]:
         shapes, data = tensors[key], tensors[f"{name}.data"]
         sizes = np.prod(shapes, axis=1) if len(shapes) else np.zeros(0, dtype=np.int64)
         if int(sizes.sum()) != data.size:
-            raise ValueError(f"{path}: {name} holds {data.size} values, its shapes need {int(sizes.sum())}")
+            raise ArtifactError(
+                f"{path}: {name} holds {data.size} values, its shapes need {int(sizes.sum())}"
+            )
         offsets = np.concatenate([[0], np.cumsum(sizes)])
         out[name] = [
             data[offsets[i] : offsets[i + 1]].reshape(shape) for i, shape in enumerate(map(tuple, shapes))
         ]
-    return out
+    return out, tensors.get("sample_id")
+
+
+def align_ids(ids: Any, reference: Any, *, what: str, against: str) -> np.ndarray:
+    """Positions in ``ids`` of each id of ``reference`` (a join on ``sample_id``); both must hold the
+    same ids. ``what`` / ``against`` name the two files in the error.
+
+    >>> align_ids([7, 3, 5], [3, 5, 7], what="a", against="b").tolist()
+    [1, 2, 0]
+    """
+    ids, reference = np.asarray(ids), np.asarray(reference)
+    if len(set(ids.tolist())) != len(ids):
+        raise ArtifactError(f"{what}: repeated sample ids")
+    if set(ids.tolist()) != set(reference.tolist()):
+        extra = sorted(set(ids.tolist()) - set(reference.tolist()))[:5]
+        lack = sorted(set(reference.tolist()) - set(ids.tolist()))[:5]
+        raise ArtifactError(
+            f"{what}: its samples differ from {against} (only here: {extra}; only there: {lack}); "
+            "re-run the stages in order"
+        )
+    where = {int(v): i for i, v in enumerate(ids)}
+    return np.array([where[int(v)] for v in reference], dtype=np.int64)

@@ -1,55 +1,81 @@
-"""The study's config schema: one dataclass per group of ``conf/``.
+"""The study's config schema: one dataclass per group of ``conf/``, types only.
 
-Plain dataclasses, so the library does not depend on Hydra; ``pipelines/_config.py`` merges the
-composed config into them with OmegaConf, which makes an unknown key or a wrongly typed value
-fail at start with the key's name. ``CHOICES`` lists the values a string switch may take.
+The values live in ``conf/`` (one fact in one place): every field here is ``???`` (mandatory) or
+a container, so a key missing from the YAML fails at start instead of taking a silent default.
+Plain dataclasses, so the library depends on neither Hydra nor Lightning; ``pipelines/_config.py``
+merges the composed config into them with OmegaConf (an unknown key or a wrongly typed value fails
+at start with the key's name), then checks each task's ``data`` / ``model`` blocks against the
+dataclasses of its :class:`attnflow.tasks.TaskSpec`, the choices below and the value ranges.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from attnflow.lit.config import AgreementModelConfig, AgreementTrainConfig, SST2ModelConfig, SST2TrainConfig
+MISSING: Any = "???"
 
-MISSING = "???"
+__all__ = [
+    "CHOICES",
+    "MISSING",
+    "CaptureTaskConfig",
+    "StudyConfig",
+    "TaskConfig",
+    "TrainConfig",
+    "TrainerConfig",
+]
 
 
 @dataclass
 class PathsConfig:
-    raw: str = "data/raw"
-    prepared: str = "data/prepared"
-    models: str = "models"
-    outputs: str = "outputs"
-    reports: str = "reports"
-
-
-@dataclass
-class SplitConfig:
-    train: float = 0.8
-    val: float = 0.1
-    test: float = 0.1
-
-
-@dataclass
-class AgreementDataConfig:
-    urls: list[str] = field(default_factory=list)
-    fetch_full_tsv: bool = False
-    split: SplitConfig = field(default_factory=SplitConfig)
-    dedupe: bool = True
-    min_count: int = 1
-
-
-@dataclass
-class SST2DataConfig:
-    urls: list[str] = field(default_factory=list)
+    raw: str = MISSING
+    prepared: str = MISSING
+    models: str = MISSING
+    capture: str = MISSING
+    explain: str = MISSING
+    attribute: str = MISSING
+    reports: str = MISSING
 
 
 @dataclass
 class DataConfig:
     mirrors: list[str] = field(default_factory=list)
-    timeout_s: float = 5.0
-    agreement: AgreementDataConfig = field(default_factory=AgreementDataConfig)
-    sst2: SST2DataConfig = field(default_factory=SST2DataConfig)
+    timeout_s: float = MISSING
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation of one task's classifier (``task.<name>.train``)."""
+
+    max_epochs: int = MISSING
+    batch_size: int = MISSING
+    eval_batch_size: int = MISSING
+    lr: float = MISSING
+    weight_decay: float = MISSING  # AdamW, on matrices only
+    warmup_ratio: float = MISSING  # linear warm-up over this fraction of all steps, then linear decay
+    gradient_clip_val: float = MISSING
+    patience: int = MISSING  # early stopping on val_acc, in epochs
+    max_time_minutes: float | None = None  # wall-clock cap on fit (None: no cap; results stay reproducible)
+    train_subset: int | None = None  # a seeded random subset of the training rows (None: all)
+    val_size: int | None = None  # carve this many train rows out for validation (None: the val split)
+    max_length: int | None = None  # truncate inputs to this many tokens (None: no truncation)
+    length_bucketing: bool = MISSING
+    resume: bool = MISSING  # continue an interrupted run of the same config and code
+
+
+@dataclass
+class TrainerConfig:
+    """Hardware knobs, once for every task (``conf/trainer/``)."""
+
+    accelerator: str = MISSING  # Lightning: auto | cpu | gpu
+    devices: Any = MISSING
+    strategy: str = MISSING
+    precision: str = MISSING  # auto: bf16-mixed on a bf16-capable GPU, else 32-true
+    deterministic: bool = MISSING
+    num_workers: int = MISSING
+    log_every_n_steps: int = MISSING
+    progress_bar: bool = MISSING
+    device: str = MISSING  # capture / attribute: auto (cuda when present) | cpu | cuda | cuda:N
 
 
 @dataclass
@@ -59,88 +85,78 @@ class CaptureTaskConfig:
 
 
 @dataclass
-class CaptureConfig:
-    agreement: CaptureTaskConfig = field(default_factory=CaptureTaskConfig)
-    sst2: CaptureTaskConfig = field(default_factory=CaptureTaskConfig)
-    dtype: str = "float16"
-    batch_size: int = 64
-    max_length: int = 128
+class TaskConfig:
+    """``task.<name>``: everything the study sets per task (``conf/task/<name>.yaml``)."""
+
+    data: Any = MISSING  # typed by TaskSpec.data_config
+    model: Any = MISSING  # typed by TaskSpec.model_config
+    train: TrainConfig = field(default_factory=TrainConfig)
+    capture: CaptureTaskConfig = field(default_factory=CaptureTaskConfig)
+    rows: str = MISSING  # which row of each layer's map explains the input
+    gradient_target: str = MISSING
+    gradient_class: str = MISSING
 
 
 @dataclass
-class PerTask:
-    agreement: str = MISSING
-    sst2: str = MISSING
+class CaptureConfig:
+    dtype: str = MISSING
+    batch_size: int = MISSING
+    max_length: int = MISSING
 
 
 @dataclass
 class ExplainConfig:
-    methods: list[str] = field(default_factory=lambda: ["raw", "rollout", "flow"])
-    residual: float = 0.5
-    heads: str = "mean"
-    rows: PerTask = field(default_factory=PerTask)
-    per_head: bool = True
+    methods: list[str] = field(default_factory=list)
+    residual: float = MISSING
+    heads: str = MISSING
+    per_head: bool = MISSING
 
 
 @dataclass
 class AttributionConfig:
-    methods: list[str] = field(default_factory=lambda: ["blank_out", "input_gradients"])
-    blank_token: str = "pad"
-    mask_blank: bool = True
-    blank_target: str = "predicted"
-    blank_score: str = "prob"
-    gradient_target: PerTask = field(default_factory=PerTask)
-    gradient_class: PerTask = field(default_factory=PerTask)
-    gradient_reduction: str = "abs_sum"
-    batch_size: int = 256
+    methods: list[str] = field(default_factory=list)
+    blank_token: str = MISSING
+    mask_blank: bool = MISSING
+    blank_target: str = MISSING
+    blank_score: str = MISSING
+    gradient_reduction: str = MISSING
+    batch_size: int = MISSING
 
 
 @dataclass
 class IncludeCLS:
-    blank_out: bool = False
-    input_gradients: bool = True
+    blank_out: bool = MISSING
+    input_gradients: bool = MISSING
 
 
 @dataclass
 class CorrelateConfig:
-    spearman: str = "average"
-    undefined: str = "zero"
+    spearman: str = MISSING
+    undefined: str = MISSING
     include_cls: IncludeCLS = field(default_factory=IncludeCLS)
-    n_boot: int = 1000
-    ci: float = 0.95
+    n_boot: int = MISSING
+    ci: float = MISSING
 
 
 @dataclass
 class ReportConfig:
-    n_examples: int = 3
+    n_examples: int = MISSING
     examples: list[str] = field(default_factory=list)
 
 
 @dataclass
 class TrackingConfig:
-    uri: str = "sqlite:///mlflow.db"
+    uri: str = MISSING
     experiment: str = MISSING
-    enabled: bool = True
-
-
-@dataclass
-class ModelConfig:
-    agreement: AgreementModelConfig = field(default_factory=AgreementModelConfig)
-    sst2: SST2ModelConfig = field(default_factory=SST2ModelConfig)
-
-
-@dataclass
-class TrainGroupConfig:
-    agreement: AgreementTrainConfig = field(default_factory=AgreementTrainConfig)
-    sst2: SST2TrainConfig = field(default_factory=SST2TrainConfig)
+    enabled: bool = MISSING
 
 
 @dataclass
 class StudyConfig:
     paths: PathsConfig = field(default_factory=PathsConfig)
     data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    train: TrainGroupConfig = field(default_factory=TrainGroupConfig)
+    task: dict[str, TaskConfig] = field(default_factory=dict)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
     explain: ExplainConfig = field(default_factory=ExplainConfig)
     attribution: AttributionConfig = field(default_factory=AttributionConfig)
@@ -148,26 +164,24 @@ class StudyConfig:
     report: ReportConfig = field(default_factory=ReportConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     study: str = MISSING
-    seed: int = 0
-    tasks: list[str] = field(default_factory=lambda: ["agreement", "sst2"])
+    seed: int = MISSING
+    tasks: list[str] = field(default_factory=list)
 
 
-TASKS = ("agreement", "sst2")
-
-# Allowed values of string switches, by dotted key ("*" stands for a task name).
+# Allowed values of string switches, by dotted key ("*" stands for any key at that level).
+# Task names and capture splits come from attnflow.tasks.TASKS. explain.methods lists the names of
+# attnflow.explain.EXPLAINERS (kept here so that validating a config does not import the solvers;
+# a test keeps the two equal).
 CHOICES: dict[str, tuple[str, ...]] = {
-    "tasks": TASKS,
-    "capture.agreement.split": ("train", "val", "test"),
-    "capture.sst2.split": ("train", "dev", "test"),
+    "explain.methods": ("raw", "rollout", "flow", "chefer", "chefer_lrp"),
     "capture.dtype": ("float16", "float32"),
-    "explain.methods": ("raw", "rollout", "flow"),
     "explain.heads": ("mean", "sum", "max"),
-    "explain.rows.*": ("cls", "max", "mean"),
+    "task.*.rows": ("cls", "max", "mean"),
     "attribution.methods": ("blank_out", "input_gradients"),
     "attribution.blank_token": ("pad", "unk", "mask"),
     "attribution.blank_target": ("predicted", "gold"),
     "attribution.blank_score": ("prob", "logit"),
-    "attribution.gradient_target.*": ("p0_minus_p1", "prob", "logit"),
+    "task.*.gradient_target": ("p0_minus_p1", "prob", "logit"),
     "attribution.gradient_reduction": ("abs_sum", "l2", "grad_x_input"),
     "correlate.spearman": ("average", "dense_noties"),
     "correlate.undefined": ("zero", "nan"),

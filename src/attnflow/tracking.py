@@ -6,6 +6,12 @@ all stages of one config, to group them) and ``inputs_md5`` (an md5 over the sta
 single file it equals the md5 that DVC writes to dvc.lock), plus ``inputs.json`` with each input's
 md5. The tracking URI comes from ``MLFLOW_TRACKING_URI`` when set, else from the config
 (default: the embedded store ``sqlite:///mlflow.db``).
+
+The stage runs of one study config are grouped under a parent run named after its config hash,
+the experiment opens on the runs table (it is marked as model development, not GenAI), a tracking
+server is probed before a stage starts (a dead one fails in seconds, naming the URI), a run that
+a kill left RUNNING is closed as KILLED by the next run of the same stage and config, and an
+interrupted stage (Ctrl-C, SIGTERM) ends KILLED, a failing one FAILED.
 """
 
 from __future__ import annotations
@@ -24,18 +30,52 @@ import mlflow
 from mlflow.entities import Param
 
 __all__ = [
+    "EXPERIMENT_KIND",
     "StageRun",
+    "TrackingUnavailable",
+    "close_stale_runs",
     "config_hash",
     "file_md5",
     "flatten",
     "inputs_md5",
     "lightning_logger",
+    "probe",
     "stage_run",
     "tracking_uri",
 ]
 
 _MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
 _BATCH = 100  # MLflow's limit on params per log_batch call
+PROBE_TIMEOUT_S = 3.0  # a tracking server that does not answer in this time is called unreachable
+# MLflow 3's UI opens GenAI experiments on an "Overview" page; this kind opens the runs table.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+PARENT_TAG = "attnflow.study_run"  # marks the parent run of one config's stage runs
+
+
+class TrackingUnavailable(RuntimeError):
+    """The configured tracking server does not answer."""
+
+
+def probe(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Raise :class:`TrackingUnavailable` when ``uri`` is an HTTP(S) server that does not answer
+    ``/health`` within ``timeout_s`` (local stores need no probe)."""
+    import urllib.error
+    import urllib.request
+    from urllib.parse import urlparse
+
+    if urlparse(uri).scheme not in ("http", "https"):
+        return
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s):
+            return
+    except urllib.error.HTTPError:
+        return  # it answered (a proxy or an older server without /health)
+    except (urllib.error.URLError, OSError) as exc:
+        raise TrackingUnavailable(
+            f"MLflow tracking server {uri} did not answer within {timeout_s:g} s "
+            f"({getattr(exc, 'reason', exc)}). Start it, or use the embedded store: unset "
+            "MLFLOW_TRACKING_URI and set tracking.uri=sqlite:///mlflow.db (or tracking.enabled=false)."
+        ) from None
 
 
 def tracking_uri(configured: str | None) -> str:
@@ -167,6 +207,41 @@ class _DisabledRun(StageRun):
         pass
 
 
+def _experiment(client: mlflow.MlflowClient, name: str) -> str:
+    """The experiment's id (created if needed), marked as model development for the UI."""
+    found = client.get_experiment_by_name(name)
+    experiment_id = found.experiment_id if found else client.create_experiment(name, tags=EXPERIMENT_KIND)
+    if found and found.tags.get("mlflow.experimentKind") != EXPERIMENT_KIND["mlflow.experimentKind"]:
+        client.set_experiment_tag(experiment_id, *next(iter(EXPERIMENT_KIND.items())))
+    return experiment_id
+
+
+def _parent_run(client: mlflow.MlflowClient, experiment_id: str, digest: str, study: str) -> str:
+    """The parent run grouping every stage run of one config (created on first use)."""
+    query = f"tags.`{PARENT_TAG}` = 'true' and tags.config_hash = '{digest}'"
+    found = client.search_runs([experiment_id], query, max_results=1)
+    if found:
+        return found[0].info.run_id
+    run = client.create_run(
+        experiment_id, tags={PARENT_TAG: "true", "config_hash": digest, "mlflow.runName": f"{study} {digest}"}
+    )
+    client.set_terminated(run.info.run_id, "FINISHED")
+    return run.info.run_id
+
+
+def close_stale_runs(client: mlflow.MlflowClient, experiment_id: str, tags: Mapping[str, str]) -> list[str]:
+    """End as KILLED the RUNNING runs of the same stage, dataset and config (a killed process
+    cannot end its own run); returns their ids."""
+    query = " and ".join(
+        [f"tags.{k} = '{tags[k]}'" for k in ("stage", "dataset", "config_hash")]
+        + ["attributes.status = 'RUNNING'"]
+    )
+    stale = [r.info.run_id for r in client.search_runs([experiment_id], query)]
+    for run_id in stale:
+        client.set_terminated(run_id, "KILLED")
+    return stale
+
+
 @contextmanager
 def stage_run(
     config: Mapping[str, Any],
@@ -177,20 +252,23 @@ def stage_run(
     uri: str | None = None,
     experiment: str | None = None,
 ) -> Iterator[StageRun]:
-    """Open an MLflow run for one stage execution; it ends FAILED if the body raises.
+    """Open an MLflow run for one stage execution, nested under its config's parent run.
 
-    ``config`` is the resolved study config as plain dicts. ``uri`` and ``experiment`` default to
-    ``config["tracking"]``.
+    It ends FINISHED, FAILED if the body raises, KILLED on Ctrl-C or SIGTERM (which the stage
+    scripts turn into SystemExit). ``config`` is the resolved study config as plain dicts; ``uri``
+    and ``experiment`` default to ``config["tracking"]``.
     """
     track = config.get("tracking", {})
     if not track.get("enabled", True):
         yield _DisabledRun()
         return
     uri = tracking_uri(uri or track.get("uri"))
+    probe(uri)
     experiment = experiment or track.get("experiment") or config.get("study") or "attnflow"
     mlflow.set_tracking_uri(uri)
-    mlflow.set_experiment(experiment)
     client = mlflow.MlflowClient(uri)
+    experiment_id = _experiment(client, experiment)
+    mlflow.set_experiment(experiment_id=experiment_id)
     digest, per_file = inputs_md5(inputs)
     tags = {
         "stage": stage,
@@ -200,16 +278,29 @@ def stage_run(
         "inputs_md5": digest,
         "mlflow.runName": f"{stage}@{dataset}" if dataset else stage,
     }
+    tags["mlflow.parentRunId"] = _parent_run(
+        client, experiment_id, tags["config_hash"], str(config.get("study", ""))
+    )
     for env in ("DVC_EXP_NAME", "DVC_EXP_BASELINE_REV"):
         if os.environ.get(env):
             tags[env.lower()] = os.environ[env]
-    with mlflow.start_run(tags=tags) as run:
+    close_stale_runs(client, experiment_id, tags)
+    run = mlflow.start_run(tags=tags)
+    try:
         params = [Param(k, _param_value(v)) for k, v in sorted(flatten(config).items())]
         for i in range(0, len(params), _BATCH):
             client.log_batch(run.info.run_id, params=params[i : i + _BATCH])
         if per_file:
             mlflow.log_dict(per_file, "inputs.json")
         yield StageRun(run, client, uri, experiment)
+    except (KeyboardInterrupt, SystemExit) as exc:
+        clean = isinstance(exc, SystemExit) and exc.code in (0, None)
+        mlflow.end_run("FINISHED" if clean else "KILLED")
+        raise
+    except BaseException:
+        mlflow.end_run("FAILED")
+        raise
+    mlflow.end_run("FINISHED")
 
 
 def lightning_logger(stage: StageRun, **kwargs: Any):

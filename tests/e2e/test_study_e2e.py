@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from attnflow.io import load_ragged
+from attnflow.metrics.tables import COLUMNS
 from pipelines import _config, compose
 from pipelines import study as study_entry
 from tests._tiny import make_tiny_bert
@@ -62,24 +63,21 @@ def tiny_study(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     overrides = [
         f"data.mirrors=[{mirror}]",
-        "data.agreement.urls=[]",
-        "data.sst2.urls=[]",
-        "model.agreement.n_layer=2",
-        "model.agreement.n_head=2",
-        "model.agreement.n_embd=16",
-        f"model.sst2.pretrained={bert}",
-        "train.agreement.max_epochs=2",
-        "train.agreement.batch_size=16",
-        "train.agreement.max_time_minutes=null",
-        "train.sst2.max_epochs=1",
-        "train.sst2.batch_size=8",
-        "train.sst2.train_subset=null",
-        "train.sst2.val_size=8",
-        "train.sst2.max_time_minutes=null",
-        "train.agreement.progress_bar=false",
-        "train.sst2.progress_bar=false",
-        "capture.agreement.n_samples=6",
-        "capture.sst2.n_samples=12",
+        "task.agreement.data.urls=[]",
+        "task.sst2.data.urls=[]",
+        "task.agreement.model.n_layer=2",
+        "task.agreement.model.n_head=2",
+        "task.agreement.model.n_embd=16",
+        f"task.sst2.model.pretrained={bert}",
+        "task.agreement.train.max_epochs=2",
+        "task.agreement.train.batch_size=16",
+        "task.sst2.train.max_epochs=1",
+        "task.sst2.train.batch_size=8",
+        "task.sst2.train.train_subset=null",
+        "task.sst2.train.val_size=8",
+        "trainer.progress_bar=false",
+        "task.agreement.capture.n_samples=6",
+        "task.sst2.capture.n_samples=12",
         "correlate.n_boot=20",
         f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
     ]
@@ -108,18 +106,29 @@ def test_every_stage_runs_and_writes_its_outputs(tiny_study):
         importance = load_ragged(root / "outputs" / "attribute" / task / "importance.safetensors")
         assert [len(v) for v in importance["blank_out"]] == samples["length"].tolist()
         assert all(v[0] == 0 for v in importance["blank_out"])  # CLS is never blanked
-        corr = json.loads((root / "reports" / task / "correlations.json").read_text())
-        assert set(corr) == {"blank_out", "input_gradients"}
-        assert set(corr["blank_out"]) == {"raw", "rollout", "flow"}
-        assert set(corr["blank_out"]["flow"]) == {"L1", "L2"}
-        assert {"mean", "std", "ci_low", "ci_high", "n", "n_undefined"} <= set(
-            corr["blank_out"]["flow"]["L1"]
+        table = pd.read_parquet(root / "reports" / task / "correlations.parquet")
+        assert list(table.columns) == list(COLUMNS)
+        main = table[(table["variant"] == "configured") & table["head"].isna()]
+        assert set(main["importance"]) == {"blank_out", "input_gradients"}
+        assert list(dict.fromkeys(main["method"])) == ["raw", "rollout", "flow"]
+        assert sorted(main["layer"].unique()) == [1, 2]
+        heads = table[table["head"].notna()]
+        assert sorted(heads["head"].unique()) == [0, 1] and len(heads) == 2 * len(main)
+        variants = table[table["variant"] != "configured"]
+        assert variants["variant"].nunique() == 6 and "spearman=average, CLS authors" in set(
+            variants["variant"]
         )
-        variants = json.loads((root / "reports" / task / "sensitivity.json").read_text())
-        assert len(variants) == 6 and "spearman=average, CLS authors" in variants
         # The configured variant re-scored without bootstrap gives the same means as the table.
-        authors = variants["spearman=average, CLS authors"]["blank_out"]["flow"]["L1"]["mean"]
-        assert authors == pytest.approx(corr["blank_out"]["flow"]["L1"]["mean"])
+        authors = variants[variants["variant"] == "spearman=average, CLS authors"].set_index(
+            ["importance", "method", "layer"]
+        )
+        assert authors["mean"].to_dict() == pytest.approx(
+            main.set_index(["importance", "method", "layer"])["mean"].to_dict()
+        )
+        metrics = json.loads((root / "reports" / task / "correlations.json").read_text())
+        assert metrics["blank_out"]["flow"]["L1"]["mean"] == pytest.approx(
+            main.query("importance == 'blank_out' and method == 'flow' and layer == 1")["mean"].item()
+        )
         assert (root / "reports" / task / "train_metrics.json").is_file()
         assert (root / "models" / task / "model").is_dir()
 
@@ -150,13 +159,13 @@ def test_hydra_sweep_runs_each_seed_and_aggregates(tmp_path):
         "seed=0,1",
         "tasks=[agreement]",
         f"data.mirrors=[{mirror}]",
-        "data.agreement.urls=[]",
-        "model.agreement.n_layer=2",
-        "model.agreement.n_head=2",
-        "model.agreement.n_embd=16",
-        "train.agreement.max_epochs=1",
-        "train.agreement.progress_bar=false",
-        "capture.agreement.n_samples=6",
+        "task.agreement.data.urls=[]",
+        "task.agreement.model.n_layer=2",
+        "task.agreement.model.n_head=2",
+        "task.agreement.model.n_embd=16",
+        "task.agreement.train.max_epochs=1",
+        "trainer.progress_bar=false",
+        "task.agreement.capture.n_samples=6",
         "correlate.n_boot=10",
         "explain.per_head=false",
         f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
@@ -180,14 +189,19 @@ def test_hydra_sweep_runs_each_seed_and_aggregates(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     jobs = sorted(p.name for p in (tmp_path / "multirun").iterdir() if p.is_dir())
     assert jobs == ["0", "1"]
-    aggregate = json.loads((tmp_path / "reports" / "sweep" / "aggregate.json").read_text())
-    assert aggregate["seeds"] == [0, 1]
-    cell = aggregate["tasks"]["agreement"]["blank_out"]["flow"]["L1"]
-    assert cell["n_seeds"] == 2
+    jobs_file = json.loads((tmp_path / "reports" / "sweep" / "jobs.json").read_text())
+    assert jobs_file["seeds"] == [0, 1] and jobs_file["failed"] == []
+    stacked = pd.read_csv(tmp_path / "reports" / "sweep" / "correlations.csv")
+    cell = stacked.query(
+        "importance == 'blank_out' and method == 'flow' and layer == 1 and variant == 'configured'"
+    )
     per_seed = [
-        json.loads((tmp_path / "multirun" / j / "reports" / "agreement" / "correlations.json").read_text())[
-            "blank_out"
-        ]["flow"]["L1"]["mean"]
+        pd.read_parquet(tmp_path / "multirun" / j / "reports" / "agreement" / "correlations.parquet")
+        .query("importance == 'blank_out' and method == 'flow' and layer == 1 and variant == 'configured'")[
+            "mean"
+        ]
+        .item()
         for j in jobs
     ]
-    assert cell["mean"] == pytest.approx(sum(per_seed) / 2)
+    assert sorted(cell["mean"].round(12)) == sorted(round(m, 12) for m in per_seed)
+    assert sorted(cell["seed"]) == [0, 1]

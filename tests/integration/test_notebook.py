@@ -43,12 +43,11 @@ def _fake_outputs(root: Path) -> None:
     for t in tokens:
         w = rng.random((N_LAYERS, N_HEADS, len(t), len(t)))
         attn.append((w / w.sum(-1, keepdims=True)).astype(np.float16))  # (L, H, T, T), rows sum to 1
-    save_ragged(cap / "attentions.safetensors", {"attn": attn})
+    save_ragged(cap / "attentions.safetensors", {"attn": attn}, ids=[0, 1, 2])
     maps = {m: [rng.random((N_LAYERS, len(t))) for t in tokens] for m in ("raw", "rollout", "flow")}
-    save_ragged(root / "outputs" / "explain" / "agreement" / "maps.safetensors", maps)
-    (root / "params.yaml").write_text(
-        "explain:\n  residual: 0.5\nreport:\n  examples:\n  - the article on NNP large systems\n"
-    )
+    save_ragged(root / "outputs" / "explain" / "agreement" / "maps.safetensors", maps, ids=[0, 1, 2])
+    params = (ROOT / "params.yaml").read_text()  # the study's layout and settings
+    (root / "params.yaml").write_text(params)
 
 
 def _kernelspec(folder: Path) -> Path:

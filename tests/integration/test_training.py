@@ -19,20 +19,26 @@ import torch
 from attnflow.data.vocab import Vocab
 from attnflow.lit import train_task
 from attnflow.models import load_classifier
+from pipelines import _config
 
+STUDY = _config.compose()  # the study's own values, overridden below where a tiny run needs it
 TINY_MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 16, "dropout": 0.1, "block_size": 16}
 TINY_TRAIN = {
+    **_config.to_dict(STUDY.task.agreement.train),
     "max_epochs": 3,
     "batch_size": 16,
     "lr": 3e-3,
     "warmup_ratio": 0.1,
     "patience": 10,
-    "max_time_minutes": None,
+}
+TRAINER = {
+    **_config.to_dict(STUDY.trainer),
     "progress_bar": False,
     "log_every_n_steps": 1,
     "accelerator": "cpu",
     "devices": 1,
 }
+SST2_MODEL = {**_config.to_dict(STUDY.task.sst2.model), "freeze_embeddings": False}
 SINGULAR, PLURAL = ["dog", "cat", "boy"], ["dogs", "cats", "boys"]
 TIME_KEYS = {"train_wall_s", "train_samples_per_s"}
 
@@ -77,6 +83,7 @@ def _train(data: Path, out: Path, **train_overrides) -> dict:
         out_dir=out,
         model_cfg=TINY_MODEL,
         train_cfg={**TINY_TRAIN, **train_overrides.pop("train", {})},
+        trainer_cfg=TRAINER,
         seed=train_overrides.pop("seed", 0),
         **train_overrides,
     )
@@ -187,19 +194,24 @@ def test_resume_after_kill_equals_uninterrupted_run(trained, agreement_data, tmp
     assert _curve(tmp_path) == _curve(trained[0])
 
 
-def test_rerun_of_a_finished_run_trains_no_further(trained, agreement_data, tmp_path):
+def test_rerun_of_a_finished_run_trains_again_from_scratch(trained, agreement_data, tmp_path, capfd):
+    # a finished checkpoint is never continued (dvc repro -f must retrain); same code, same result
     _, first = trained
     _train(agreement_data, tmp_path, train={"max_epochs": 3})
     before = (tmp_path / "last.ckpt").stat().st_mtime_ns
+    capfd.readouterr()
     again = _train(agreement_data, tmp_path)
+    assert "is a finished run: training again from scratch" in capfd.readouterr().err
     assert _stable(again) == _stable(first)
-    assert (tmp_path / "last.ckpt").stat().st_mtime_ns == before
+    assert (tmp_path / "last.ckpt").stat().st_mtime_ns != before
+    assert not list(tmp_path.glob(".*.previous"))  # the old checkpoints were dropped once replaced
 
 
-def test_checkpoint_from_another_config_is_not_resumed(trained, agreement_data, tmp_path):
+def test_checkpoint_from_another_config_is_not_resumed(trained, agreement_data, tmp_path, capfd):
     _train(agreement_data, tmp_path, train={"max_epochs": 1})
-    with pytest.warns(UserWarning, match="different config"):
-        metrics = _train(agreement_data, tmp_path, train={"max_epochs": 2})
+    capfd.readouterr()
+    metrics = _train(agreement_data, tmp_path, train={"max_epochs": 2})
+    assert "written by a different config, seed, data or code" in capfd.readouterr().err
     assert metrics["epochs"] == 2
 
 
@@ -209,12 +221,22 @@ def test_unreadable_checkpoint_gives_a_clear_error(agreement_data, tmp_path):
         _train(agreement_data, tmp_path)
 
 
-def test_unknown_config_key_is_named(agreement_data, tmp_path):
-    with pytest.raises(ValueError, match="n_layers"):
-        train_task("agreement", data_dir=agreement_data, out_dir=tmp_path, model_cfg={"n_layers": 2})
+def test_unknown_or_missing_config_key_is_named(agreement_data, tmp_path):
+    with pytest.raises(ValueError, match=r"task.agreement.model: unknown keys \['n_layers'\]"):
+        train_task(
+            "agreement", data_dir=agreement_data, out_dir=tmp_path, model_cfg={**TINY_MODEL, "n_layers": 2},
+            train_cfg=TINY_TRAIN, trainer_cfg=TRAINER,
+        )  # fmt: skip
+    without_lr = {k: v for k, v in TINY_TRAIN.items() if k != "lr"}
+    with pytest.raises(ValueError, match=r"task.agreement.train: missing keys \['lr'\]"):
+        train_task(
+            "agreement", data_dir=agreement_data, out_dir=tmp_path, model_cfg=TINY_MODEL,
+            train_cfg=without_lr, trainer_cfg=TRAINER,
+        )  # fmt: skip
+    assert not list(tmp_path.iterdir())  # refused before touching anything
 
 
-def test_logger_receives_params_and_final_metrics(agreement_data, tmp_path):
+def test_logger_receives_metrics_not_a_second_copy_of_params(agreement_data, tmp_path):
     from pytorch_lightning.loggers import Logger
 
     class Recorder(Logger):
@@ -232,7 +254,7 @@ def test_logger_receives_params_and_final_metrics(agreement_data, tmp_path):
 
     logger = Recorder()
     _train(agreement_data, tmp_path, train={"max_epochs": 1}, logger=logger)
-    assert logger.params["model.n_layer"] == 2 and logger.params["task"] == "agreement"
+    assert logger.params == {}  # the stage's run already holds the whole config as params: not twice
     assert {"train_loss", "val_acc", "test_acc", "test_acc_attractors_0"} <= set(logger.metrics)
 
 
@@ -268,8 +290,9 @@ def test_sst2_already_finetuned_checkpoint_is_evaluated_not_trained(sst2_data, t
         "sst2",
         data_dir=sst2_data,
         out_dir=out,
-        model_cfg={"pretrained": str(pretrained)},
-        train_cfg={"progress_bar": False, "accelerator": "cpu", "devices": 1},
+        model_cfg={**SST2_MODEL, "pretrained": str(pretrained)},
+        train_cfg=_config.to_dict(STUDY.task.sst2.train),
+        trainer_cfg=TRAINER,
     )
     assert metrics["trained"] is False and metrics["eval_split"] == "dev" and metrics["n_eval"] == 32
     assert "accuracy_by_attractors" not in metrics
@@ -285,8 +308,9 @@ def test_sst2_finetuning_learns_on_a_carved_validation_set(sst2_data, tmp_path):
         "sst2",
         data_dir=sst2_data,
         out_dir=tmp_path / "out",
-        model_cfg={"pretrained": str(pretrained), "finetune": True},
+        model_cfg={**SST2_MODEL, "pretrained": str(pretrained), "finetune": True},
         train_cfg={**TINY_TRAIN, "lr": 1e-2, "max_epochs": 3, "val_size": 16, "train_subset": 64},
+        trainer_cfg=TRAINER,
     )
     assert metrics["trained"] is True and metrics["n_train"] == 64 and metrics["epochs"] == 3
     rows = _curve(tmp_path / "out")

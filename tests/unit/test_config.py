@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -47,9 +48,11 @@ def test_mandatory_value_left_missing_fails_at_start():
     ("override", "key"),
     [
         ("attribution.blank_token=blank", "attribution.blank_token='blank'"),
-        ("explain.rows.sst2=first", "explain.rows.sst2='first'"),
+        ("task.sst2.rows=first", "task.sst2.rows='first'"),
         ("correlate.spearman=pearson", "correlate.spearman='pearson'"),
-        ("attribution.gradient_class.sst2=positive", "attribution.gradient_class.sst2='positive'"),
+        ("task.sst2.gradient_class=positive", "task.sst2.gradient_class='positive'"),
+        ("task.agreement.capture.split=dev", "task.agreement.capture.split='dev'"),
+        ("explain.methods=[flow,gradcam]", "explain.methods='gradcam'"),
     ],
 )
 def test_value_outside_its_choices_is_named(override, key):
@@ -60,3 +63,53 @@ def test_value_outside_its_choices_is_named(override, key):
 def test_missing_params_file_says_how_to_make_it(tmp_path):
     with pytest.raises(_config.ConfigError, match=r"pipelines\.compose"):
         _config.load(tmp_path / "absent.yaml")
+
+
+def test_explainer_choices_are_the_registry():
+    from attnflow.explain import EXPLAINERS
+    from attnflow.schema import CHOICES
+
+    assert set(CHOICES["explain.methods"]) == set(EXPLAINERS)
+
+
+# --- ranges and emptiness: refused at start, naming the key (issue: hardening, case 3 and 5) ---
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("tasks=[]", "tasks is empty"),
+        ("explain.methods=[]", "explain.methods=[]"),
+        ("attribution.methods=[]", "attribution.methods=[]"),
+        ("task.agreement.capture.n_samples=-5", "task.agreement.capture.n_samples=-5"),
+        ("task.sst2.capture.n_samples=0", "task.sst2.capture.n_samples=0"),
+        ("seed=-1", "seed=-1"),
+        ("task.agreement.train.lr=-1", "task.agreement.train.lr=-1"),
+        ("task.agreement.train.lr=0", "task.agreement.train.lr=0"),
+        ("task.sst2.train.batch_size=0", "task.sst2.train.batch_size=0"),
+        ("explain.residual=1.5", "explain.residual=1.5"),
+        ("explain.residual=-0.1", "explain.residual=-0.1"),
+        ("correlate.ci=1.0", "correlate.ci=1.0"),
+        ("correlate.ci=0", "correlate.ci=0"),
+        ("capture.max_length=1", "capture.max_length=1"),
+        ("task.agreement.data.split.train=0.9", "task.agreement.data.split="),
+        ("task.agreement.model.n_head=3", "task.agreement.model.n_head=3: must divide model.n_embd=128"),
+        ("task.agreement.model.dropout=1.0", "task.agreement.model.dropout=1.0"),
+    ],
+)
+def test_value_out_of_range_or_empty_is_refused_at_start_naming_the_key(override, key):
+    with pytest.raises(_config.ConfigError, match=re.escape(key)):
+        _config.compose([override])
+
+
+def test_tasks_must_have_a_config_node():
+    with pytest.raises(_config.ConfigError, match=r"tasks: 'mnist' has no config node task\.mnist"):
+        _config.compose(["tasks=[mnist]"])
+
+
+def test_unknown_key_inside_a_task_block_is_named(tmp_path):
+    cfg = OmegaConf.to_container(_config.compose())
+    cfg["task"]["agreement"]["model"]["n_layers"] = 3
+    (tmp_path / "params.yaml").write_text(OmegaConf.to_yaml(cfg))
+    with pytest.raises(_config.ConfigError, match=r"params.yaml: task.agreement.model.*n_layers"):
+        _config.load(tmp_path / "params.yaml")

@@ -12,12 +12,6 @@ def _bash_blocks() -> list[str]:
     return re.findall(r"```bash\n(.*?)\n```", (ROOT / "README.md").read_text(), flags=re.S)
 
 
-def test_readme_opens_with_study_then_test_command():
-    study, tests = _bash_blocks()[:2]
-    assert study.endswith("&& dvc repro")
-    assert tests.endswith("&& python -m pytest")
-
-
 def test_ci_runs_the_readme_test_command():
     ci_lines = [
         ln

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["DataFormatError", "length_stats", "read_fields"]
+__all__ = ["DataFormatError", "length_stats", "read_fields", "require_rows"]
 
 
 class DataFormatError(ValueError):
@@ -41,6 +41,12 @@ def read_fields(
                     f"{len(fields)}: {line[:80]!r}"
                 )
             yield number, fields
+
+
+def require_rows(path: Path, n_rows: int) -> None:
+    """An input file without data rows is an error at prepare, not a crash three stages later."""
+    if n_rows == 0:
+        raise DataFormatError(f"{path}: no data rows (empty file, or a header only)")
 
 
 def length_stats(lengths: list[int] | np.ndarray) -> dict[str, float]:

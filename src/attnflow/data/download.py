@@ -28,10 +28,9 @@ from pathlib import Path, PurePosixPath
 
 from tqdm.auto import tqdm
 
-from attnflow.io import write_json
+from attnflow.io import umask_modes, write_json
 
 __all__ = [
-    "DATASETS",
     "MIRROR_ENV",
     "DatasetSpec",
     "DownloadError",
@@ -75,33 +74,6 @@ class DatasetSpec:
     name: str
     root: str  # top folder of the mirror layout
     files: tuple[FileSpec, ...] = field(default_factory=tuple)
-
-
-_LINZEN = "rnn_agr_simple.tar.gz"
-_LINZEN_TSV = "agr_50_mostcommon_10K.tsv.gz"
-_GLUE = "SST-2.zip"
-
-DATASETS: dict[str, DatasetSpec] = {
-    "agreement": DatasetSpec(
-        name="agreement",
-        root="linzen2016",
-        files=(
-            # The official 9/1/90 split; the offline mirror lacks train, test and test.0.
-            FileSpec("linzen2016/rnn_agr_simple/numpred.train", _LINZEN, required=False),
-            FileSpec("linzen2016/rnn_agr_simple/numpred.val", _LINZEN, aliases=("numpred.valid",)),
-            FileSpec("linzen2016/rnn_agr_simple/numpred.test", _LINZEN, required=False),
-            FileSpec("linzen2016/rnn_agr_simple/numpred.test.0", _LINZEN, required=False),
-            *(FileSpec(f"linzen2016/rnn_agr_simple/numpred.test.{k}", _LINZEN) for k in range(1, 6)),
-            FileSpec("linzen2016/rnn_agr_simple/README.txt", _LINZEN, required=False),
-            FileSpec("linzen2016/agr_50_mostcommon_10K.tsv", _LINZEN_TSV, required=False),
-        ),
-    ),
-    "sst2": DatasetSpec(
-        name="sst2",
-        root="sst2",
-        files=tuple(FileSpec(f"sst2/glue_SST-2/{n}.tsv", _GLUE) for n in ("train", "dev", "test")),
-    ),
-}
 
 
 def known_digests() -> dict[str, dict[str, str]]:
@@ -165,6 +137,7 @@ def _install(tmp: Path, relpath: str, raw: Path, table, record: dict, source: st
         raise
     target = raw / PurePosixPath(relpath).relative_to(PurePosixPath(relpath).parts[0])
     target.parent.mkdir(parents=True, exist_ok=True)
+    umask_modes(tmp)  # the temporary file is 0600
     os.replace(tmp, target)
     record[relpath] = {"sha256": sha, "bytes": target.stat().st_size, "verified": how, "source": source}
 
@@ -252,22 +225,19 @@ def _from_mirror(mirror: Path, wanted: Sequence[FileSpec], raw: Path, table, rec
 
 
 def download(
-    dataset: str,
+    spec: DatasetSpec,
     dest: str | Path,
     *,
     urls: Sequence[str],
     mirrors: Sequence[str | Path] = (),
     timeout_s: float = 5.0,
-    optional: Callable[[FileSpec], bool] = lambda spec: True,
+    optional: Callable[[FileSpec], bool] = lambda file: True,
 ) -> dict:
-    """Fetch ``dataset`` into ``dest``; return the manifest written to ``<dest>/download.json``.
+    """Fetch the files of ``spec`` into ``dest``; return the manifest written to ``<dest>/download.json``.
 
     ``urls`` are tried in order, then ``mirrors`` (folders in the mirror layout). ``optional``
     decides which optional files are wanted at all.
     """
-    if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; expected one of {', '.join(DATASETS)}")
-    spec = DATASETS[dataset]
     raw = Path(dest)
     table = known_digests()
     wanted = [f for f in spec.files if f.required or optional(f)]
@@ -322,9 +292,9 @@ def download(
     lacking = [f.relpath for f in wanted if f.required and f.relpath not in record]
     if lacking:
         tried = "\n  ".join(attempts) or "(no source configured)"
-        raise DownloadError(f"{dataset}: could not obtain {', '.join(lacking)}. Sources tried:\n  {tried}")
+        raise DownloadError(f"{spec.name}: could not obtain {', '.join(lacking)}. Sources tried:\n  {tried}")
     manifest = {
-        "dataset": dataset,
+        "dataset": spec.name,
         "files": dict(sorted(record.items())),
         "attempts": attempts,
         "missing_optional": sorted(f.relpath for f in wanted if f.relpath not in record),

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from attnflow.data._lines import DataFormatError, length_stats, read_fields
+from attnflow.data._lines import DataFormatError, length_stats, read_fields, require_rows
 from attnflow.data.vocab import Vocab
 from attnflow.io import atomic_path, write_json
 
@@ -52,6 +52,7 @@ def read_numpred(path: Path, *, n_attractors: int = -1) -> pd.DataFrame:
             raise DataFormatError(f"{path}:{number}: empty prefix")
         texts.append(prefix)
         labels.append(LABELS[tag])
+    require_rows(path, len(texts))
     return pd.DataFrame(
         {
             "text": pd.Series(texts, dtype="string"),

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from attnflow.data._lines import DataFormatError, length_stats, read_fields
+from attnflow.data._lines import DataFormatError, length_stats, read_fields, require_rows
 from attnflow.io import atomic_path, write_json
 
 __all__ = ["UNLABELLED", "prepare_sst2", "read_glue_tsv"]
@@ -36,6 +36,7 @@ def read_glue_tsv(path: Path, *, labelled: bool) -> pd.DataFrame:
         else:
             labels.append(UNLABELLED)
         texts.append(text)
+    require_rows(path, len(texts))
     return pd.DataFrame(
         {"text": pd.Series(texts, dtype="string"), "label": np.asarray(labels, dtype=np.int8)}
     )

@@ -83,4 +83,7 @@ class Vocab:
             raise FileNotFoundError(f"vocabulary file not found: {path}") from None
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise ValueError(f"{path}: not a vocabulary file ({exc})") from None
-        return cls(tuple(itos))
+        try:
+            return cls(tuple(itos))
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None

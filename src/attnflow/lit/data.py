@@ -17,6 +17,10 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from attnflow.batches import pad_batch
+from attnflow.data.subsets import seeded_split
+from attnflow.io import read_parquet
+
 __all__ = ["EpochShuffleSampler", "TextClassificationDataModule", "TokenisedDataset", "read_split"]
 
 _BUCKET_BATCHES = 50  # length-sort within windows of this many batches: little padding, still random
@@ -26,9 +30,7 @@ _ENCODE_CHUNK = 4096
 def read_split(path: str | Path) -> pd.DataFrame:
     """One prepared split, checked: ``text`` and ``label`` present, labels known (>= 0)."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"prepared split not found: {path}")
-    df = pd.read_parquet(path)
+    df = read_parquet(path)
     if missing := sorted({"text", "label"} - set(df.columns)):
         raise ValueError(f"{path}: missing columns {missing} (have {list(df.columns)})")
     if (df["label"] < 0).any():
@@ -61,12 +63,7 @@ class _Collate:
         self.pad_id = pad_id
 
     def __call__(self, rows: list[tuple[list[int], int, int]]) -> dict[str, torch.Tensor]:
-        width = max(len(r[0]) for r in rows)
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)  # (B, T)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)  # (B, T)
-        for i, (r, _, _) in enumerate(rows):
-            ids[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
-            mask[i, : len(r)] = 1
+        ids, mask = pad_batch([r[0] for r in rows], self.pad_id)  # (B, T) each
         return {
             "input_ids": ids,
             "attention_mask": mask,
@@ -171,13 +168,12 @@ class TextClassificationDataModule(pl.LightningDataModule):
         if self.val_size:
             if self.val_size >= len(train):
                 raise ValueError(f"val_size {self.val_size} >= {len(train)} training rows")
-            perm = rng.permutation(len(train))
-            val = train.iloc[np.sort(perm[: self.val_size])].reset_index(drop=True)
-            train = train.iloc[np.sort(perm[self.val_size :])].reset_index(drop=True)
+            held, kept = seeded_split(len(train), self.val_size, rng)
+            val, train = train.iloc[held].reset_index(drop=True), train.iloc[kept].reset_index(drop=True)
         else:
             val = read_split(self.data_dir / f"{self.val_split}.parquet")
         if self.train_subset and self.train_subset < len(train):
-            keep = np.sort(rng.permutation(len(train))[: self.train_subset])
+            keep, _ = seeded_split(len(train), self.train_subset, rng)
             train = train.iloc[keep].reset_index(drop=True)
         self.train, self.val = self._tokenise(train), self._tokenise(val)
 

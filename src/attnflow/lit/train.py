@@ -3,22 +3,20 @@
 ``train_task`` writes into ``out_dir``: ``best.ckpt`` and ``last.ckpt`` (Lightning checkpoints,
 for resume), ``model/`` (pickle-free export, see :func:`attnflow.models.load_classifier`),
 ``metrics.json``, ``curve.csv`` (``step, epoch, train_loss, val_loss, val_acc``; one row per
-validation) and ``curve.png``. Every file is written atomically.
+validation) and ``curve.png``. Every file is written atomically. Resume rules:
+:mod:`attnflow.lit.checkpoints`.
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
-import json
-import logging
-import math
-import time
+import sys
 import warnings
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, fields, is_dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytorch_lightning as pl
 import torch
@@ -26,26 +24,17 @@ from pytorch_lightning.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from torch import nn
 from tqdm.auto import tqdm
 
-from attnflow.data.vocab import Vocab
 from attnflow.io import atomic_path, write_json
-from attnflow.lit.config import MODEL_CONFIGS, TRAIN_CONFIGS, TrainConfig, from_dict
+from attnflow.lit import checkpoints
+from attnflow.lit.callbacks import CURVE_COLUMNS, EpochLog, RunRecorder
 from attnflow.lit.data import TextClassificationDataModule
 from attnflow.lit.module import ClassifierModule
-from attnflow.models import (
-    AgreementConfig,
-    AgreementTransformer,
-    HFClassifier,
-    HFEncoder,
-    WordEncoder,
-    load_pretrained_tokenizer,
-    save_classifier,
-)
+from attnflow.models import save_classifier
+from attnflow.schema import MISSING, TrainConfig, TrainerConfig
+from attnflow.tasks import TaskSpec, get_task
 
-__all__ = ["CURVE_COLUMNS", "TASKS", "TaskSpec", "build_model", "evaluate", "train_task"]
+__all__ = ["evaluate", "settings", "train_task"]
 
-log = logging.getLogger(__name__)
-
-CURVE_COLUMNS = ("step", "epoch", "train_loss", "val_loss", "val_acc")
 # keys that change neither the trained weights nor the metrics: a run may resume across them
 _RESUME_NEUTRAL = {
     "resume",
@@ -54,37 +43,29 @@ _RESUME_NEUTRAL = {
     "log_every_n_steps",
     "max_time_minutes",
     "eval_batch_size",
+    "device",
 }
 
-
-@dataclass(frozen=True)
-class TaskSpec:
-    train_split: str
-    val_split: str | None  # None: carved out of train (train.val_size)
-    eval_split: str  # the split metrics.json reports
-    data_files: tuple[str, ...]  # what the run depends on, for the resume fingerprint
+C = TypeVar("C")
 
 
-TASKS: dict[str, TaskSpec] = {
-    "agreement": TaskSpec(
-        "train", "val", "test", ("train.parquet", "val.parquet", "test.parquet", "vocab.json")
-    ),
-    "sst2": TaskSpec("train", None, "dev", ("train.parquet", "dev.parquet")),
-}
+def settings(cls: type[C], values: Mapping[str, Any] | C, what: str) -> C:
+    """``cls`` filled from ``values``; an unknown or missing key raises ValueError naming it.
 
-
-def build_model(task: str, model_cfg: Any, data_dir: str | Path) -> tuple[nn.Module, Any]:
-    """A fresh (agreement) or pretrained (SST-2) classifier and the encoder for its inputs."""
-    if task == "agreement":
-        vocab = Vocab.load(Path(data_dir) / "vocab.json")
-        config = AgreementConfig(vocab_size=len(vocab), pad_id=vocab.pad_id, **asdict(model_cfg))
-        return AgreementTransformer(config), WordEncoder(vocab, max_length=config.block_size)
-    if task == "sst2":
-        model = HFClassifier.from_pretrained(model_cfg.pretrained, num_labels=2)
-        if model_cfg.freeze_embeddings:
-            model.get_input_embeddings().weight.requires_grad_(False)
-        return model, HFEncoder(load_pretrained_tokenizer(model_cfg.pretrained))
-    raise ValueError(f"unknown task {task!r}; known: {sorted(TASKS)}")
+    >>> settings(TrainerConfig, {"accelerator": "cpu"}, "trainer")
+    Traceback (most recent call last):
+    ValueError: trainer: missing keys ['deterministic', 'device', 'devices', 'log_every_n_steps', 'num_workers', 'precision', 'progress_bar', 'strategy']
+    """
+    if is_dataclass(values) and not isinstance(values, type):
+        values = asdict(values)
+    values = dict(values)
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    if unknown := sorted(set(values) - names):
+        raise ValueError(f"{what}: unknown keys {unknown}; known: {sorted(names)}")
+    filled = cls(**values)
+    if missing := sorted(n for n in names if getattr(filled, n) == MISSING):
+        raise ValueError(f"{what}: missing keys {missing}")
+    return filled
 
 
 @torch.no_grad()
@@ -119,119 +100,72 @@ def evaluate(
     }
 
 
-class _RunRecorder(Callback):
-    """Learning curve and timing, kept in the checkpoint so a resumed run continues them."""
-
-    def __init__(self) -> None:
-        self.rows: list[dict[str, float]] = []
-        self.wall_s = 0.0  # fit wall time, all (resumed) runs together
-        self.step_s = 0.0  # time inside training steps only (for samples/s)
-        self.samples = 0
-        self._wall_before = 0.0
-        self._t_fit = self._t_step = 0.0
-        self._loss_sum: torch.Tensor | float = 0.0
-        self._loss_n = 0
-
-    @property
-    def state_key(self) -> str:
-        return "attnflow.RunRecorder"
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"rows": self.rows, "wall_s": self.wall_s, "step_s": self.step_s, "samples": self.samples}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rows = [dict(r) for r in state["rows"]]
-        self.wall_s, self.step_s, self.samples = state["wall_s"], state["step_s"], state["samples"]
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._wall_before, self._t_fit = self.wall_s, time.perf_counter()
-
-    def on_train_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        self._t_step = time.perf_counter()
-
-    def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        self.step_s += time.perf_counter() - self._t_step
-        n = len(batch["labels"])
-        self.samples += n
-        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-        self._loss_sum = self._loss_sum + loss.detach().float() * n
-        self._loss_n += n
-
-    def _update_wall(self) -> None:
-        self.wall_s = self._wall_before + time.perf_counter() - self._t_fit
-
-    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking:
-            return
-        metrics = trainer.callback_metrics
-        train_loss = float(self._loss_sum) / self._loss_n if self._loss_n else float("nan")
-        self.rows.append(
-            {
-                "step": int(trainer.global_step),
-                "epoch": int(trainer.current_epoch),
-                "train_loss": train_loss,
-                "val_loss": float(metrics.get("val_loss", float("nan"))),
-                "val_acc": float(metrics.get("val_acc", float("nan"))),
-            }
-        )
-        self._loss_sum, self._loss_n = 0.0, 0
-        self._update_wall()  # before ModelCheckpoint (always last) saves this state
-
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._update_wall()
-
-
-def _precision(train: TrainConfig) -> str:
-    if train.precision != "auto":
-        return train.precision
-    on_gpu = train.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+def _precision(trainer: TrainerConfig) -> str:
+    if trainer.precision != "auto":
+        return trainer.precision
+    on_gpu = trainer.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
     return "bf16-mixed" if on_gpu and torch.cuda.is_bf16_supported() else "32-true"
 
 
-def _fingerprint(task: str, model_cfg: Any, train: TrainConfig, seed: int, data_dir: Path) -> str:
-    h = hashlib.sha256()
-    settings = {k: v for k, v in asdict(train).items() if k not in _RESUME_NEUTRAL}
-    h.update(json.dumps([task, asdict(model_cfg), settings, seed], sort_keys=True, default=str).encode())
-    for name in TASKS[task].data_files:
-        path = data_dir / name
-        h.update(name.encode())
-        h.update(path.read_bytes() if path.is_file() else b"<missing>")
-    return h.hexdigest()[:16]
+def _trainer(
+    train: TrainConfig, hw: TrainerConfig, out_dir: Path, task: str, logger: Any, extra: list
+) -> pl.Trainer:
+    bars = hw.progress_bar and sys.stderr.isatty()  # a bar in a log file is invisible: log lines instead
+    return pl.Trainer(
+        accelerator=hw.accelerator,
+        devices=hw.devices,
+        strategy=hw.strategy,
+        precision=_precision(hw),
+        max_epochs=train.max_epochs,
+        max_time=timedelta(minutes=train.max_time_minutes) if train.max_time_minutes else None,
+        deterministic=hw.deterministic,
+        gradient_clip_val=train.gradient_clip_val or None,
+        logger=logger if logger is not None else False,
+        callbacks=[
+            *extra,
+            EarlyStopping(monitor="val_acc", mode="max", patience=train.patience),
+            ModelCheckpoint(
+                dirpath=out_dir,
+                filename="best",
+                monitor="val_acc",
+                mode="max",
+                save_top_k=1,
+                enable_version_counter=False,
+                auto_insert_metric_name=False,
+            ),
+            # its own callback: with save_last=True, Lightning 2.6 refreshes last.ckpt only when the
+            # best one changes; with no monitor, top-1 is the latest epoch, overwritten each time
+            ModelCheckpoint(dirpath=out_dir, filename="last", save_top_k=1, enable_version_counter=False),
+            *([] if bars else [EpochLog(task)]),
+        ],
+        enable_progress_bar=bars,
+        enable_model_summary=hw.progress_bar,
+        log_every_n_steps=hw.log_every_n_steps,
+        default_root_dir=out_dir,
+        num_sanity_val_steps=0,
+    )
 
 
-def _read_checkpoint(path: Path) -> dict[str, Any]:
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # a truncated file, or not a checkpoint at all
-        first = (str(exc).splitlines() or [""])[0]
-        raise RuntimeError(
-            f"cannot read checkpoint {path} ({type(exc).__name__}: {first}); delete it or set train.resume=false"
-        ) from exc
-
-
-def _resume_state(out_dir: Path, fingerprint: str, resume: bool) -> dict[str, Any] | None:
-    """The checkpoint to resume from, or None (stale checkpoints are then removed)."""
-    last = out_dir / "last.ckpt"
-    if resume and last.is_file():
-        ckpt = _read_checkpoint(last)
-        if ckpt.get("attnflow", {}).get("fingerprint") == fingerprint:
-            return ckpt
-        warnings.warn(
-            f"{last} was written by a different config, seed or data; starting afresh", stacklevel=3
-        )
-    for name in ("last.ckpt", "best.ckpt"):
-        (out_dir / name).unlink(missing_ok=True)
-    return None
+def _fit(
+    trainer: pl.Trainer, module: ClassifierModule, dm: Any, out_dir: Path, resume: bool, fp: str
+) -> None:
+    checkpoints.recover(out_dir)
+    cont, why = checkpoints.resume_decision(out_dir, fp, resume)
+    print(f"[train] {why}", file=sys.stderr, flush=True)  # the log says which happened and why
+    with warnings.catch_warnings():
+        # out_dir also holds model/, metrics.json...: not a problem for ModelCheckpoint
+        warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+        if cont:
+            trainer.fit(module, datamodule=dm, ckpt_path=out_dir / "last.ckpt", weights_only=True)
+        else:
+            with checkpoints.kept_aside(out_dir):
+                trainer.fit(module, datamodule=dm, weights_only=True)
 
 
 def _load_weights(module: ClassifierModule, path: Path) -> None:
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
-    state = _read_checkpoint(path).get("state_dict")
+    state = checkpoints.read_checkpoint(path).get("state_dict")
     if state is None:
         raise ValueError(f"{path}: no state_dict; not a Lightning checkpoint")
     try:
@@ -240,17 +174,23 @@ def _load_weights(module: ClassifierModule, path: Path) -> None:
         raise ValueError(f"{path}: weights do not match the model ({exc})") from None
 
 
+def _save_plain_checkpoints(module: ClassifierModule, out_dir: Path, fp: str) -> None:
+    """best/last.ckpt for a model used as loaded (no fit): its weights, marked finished."""
+    ckpt = {"state_dict": module.state_dict(), "attnflow": {"fingerprint": fp, "finished": True}}
+    for name in checkpoints.CHECKPOINTS:
+        with atomic_path(out_dir / name) as tmp:
+            torch.save(ckpt, tmp)
+
+
 def _write_curve(out_dir: Path, rows: list[dict[str, float]], title: str) -> None:
     with atomic_path(out_dir / "curve.csv") as tmp, tmp.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=CURVE_COLUMNS)
         writer.writeheader()
         writer.writerows({k: r[k] for k in CURVE_COLUMNS} for r in rows)
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(9, 3.5))
+    fig = Figure(figsize=(9, 3.5))
+    ax_loss, ax_acc = fig.subplots(1, 2)
     steps = [r["step"] for r in rows]
     ax_loss.plot(steps, [r["train_loss"] for r in rows], marker="o", label="train")
     ax_loss.plot(steps, [r["val_loss"] for r in rows], marker="o", label="val")
@@ -261,56 +201,80 @@ def _write_curve(out_dir: Path, rows: list[dict[str, float]], title: str) -> Non
     fig.tight_layout()
     with atomic_path(out_dir / "curve.png") as tmp:
         fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)
 
 
-def _save_plain_checkpoints(module: ClassifierModule, out_dir: Path, fingerprint: str) -> None:
-    """best/last.ckpt for a model used as loaded (no fit): its weights, marked finished."""
-    ckpt = {"state_dict": module.state_dict(), "attnflow": {"fingerprint": fingerprint, "finished": True}}
-    for name in ("best.ckpt", "last.ckpt"):
-        with atomic_path(out_dir / name) as tmp:
-            torch.save(ckpt, tmp)
+def _metrics(
+    spec: TaskSpec, result: dict, recorder: RunRecorder, n_train: int, trained: bool, seed: int
+) -> dict:
+    rows, best = recorder.rows, recorder.best
+    metrics: dict[str, Any] = {
+        "task": spec.name,
+        "eval_split": spec.eval_split,
+        "accuracy": result["accuracy"],
+        "n_eval": result["n"],
+    }
+    if set(result["n_by_attractors"]) - {"unknown"}:
+        metrics["accuracy_by_attractors"] = result["accuracy_by_attractors"]
+        metrics["n_by_attractors"] = result["n_by_attractors"]
+    metrics.update(
+        {
+            "val_accuracy": rows[best]["val_acc"] if best is not None else None,
+            "epochs": len(rows),
+            "best_epoch": rows[best]["epoch"] if best is not None else None,
+            "n_train": n_train,
+            "trained": trained,
+            "train_wall_s": round(recorder.wall_s, 2),
+            "train_samples_per_s": round(recorder.samples / recorder.step_s, 1) if recorder.step_s else None,
+            "seed": seed,
+        }
+    )
+    return metrics
 
 
 def train_task(
-    task: str,
+    task: str | TaskSpec,
     *,
     data_dir: str | Path,
     out_dir: str | Path,
-    model_cfg: Any = None,
-    train_cfg: Any = None,
+    model_cfg: Mapping[str, Any],
+    train_cfg: Mapping[str, Any] | TrainConfig,
+    trainer_cfg: Mapping[str, Any] | TrainerConfig,
     seed: int = 0,
     logger: Any = None,
     callbacks: list[Callback] | None = None,
 ) -> dict[str, Any]:
     """Train (or, for an already fine-tuned checkpoint, only evaluate) ``task``; return metrics.json.
 
-    ``model_cfg`` / ``train_cfg``: mappings (or dataclasses) over the task's defaults in
-    :mod:`attnflow.lit.config`. ``logger``: any Lightning logger (e.g. ``MLFlowLogger``) or None.
-    ``callbacks``: extra Lightning callbacks. With ``resume`` and a matching ``out_dir/last.ckpt``,
-    training continues from it (from the end of its epoch) and ends as an uninterrupted run would.
-    Under DDP only rank 0 evaluates, writes and returns metrics; other ranks return ``{}``.
+    ``model_cfg`` / ``train_cfg`` / ``trainer_cfg``: the ``task.<name>.model`` / ``.train`` and
+    ``trainer`` config blocks (every key given; an unknown or missing one raises before anything is
+    touched). ``logger``: any Lightning logger (e.g. ``MLFlowLogger``) for the per-step metrics, or
+    None. ``callbacks``: extra Lightning callbacks. Under DDP only rank 0 evaluates, writes and
+    returns metrics; other ranks return ``{}``.
     """
-    if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; known: {sorted(TASKS)}")
-    spec = TASKS[task]
-    mcfg = from_dict(MODEL_CONFIGS[task], model_cfg)
-    tcfg = from_dict(TRAIN_CONFIGS[task], train_cfg)
+    spec = get_task(task) if isinstance(task, str) else task
+    mcfg = settings(spec.model_config, model_cfg, f"task.{spec.name}.model")
+    tcfg = settings(TrainConfig, train_cfg, f"task.{spec.name}.train")
+    hw = settings(TrainerConfig, trainer_cfg, "trainer")
     data_dir, out_dir = Path(data_dir), Path(out_dir)
     if not data_dir.is_dir():
         raise FileNotFoundError(f"prepared data folder not found: {data_dir}")
+    if spec.val_split is None and not tcfg.val_size:
+        raise ValueError(f"task {spec.name!r} has no validation split: set task.{spec.name}.train.val_size")
     out_dir.mkdir(parents=True, exist_ok=True)
 
     pl.seed_everything(seed, workers=True, verbose=False)
-    model, encoder = build_model(task, mcfg, data_dir)
-    fingerprint = _fingerprint(task, mcfg, tcfg, seed, data_dir)
+    model, encoder = spec.build_model(mcfg, data_dir)
+    neutral = {k: v for k, v in {**asdict(tcfg), **asdict(hw)}.items() if k not in _RESUME_NEUTRAL}
+    fp = checkpoints.fingerprint(
+        spec.name, {"model": asdict(mcfg), **neutral}, seed, data_dir, spec.data_files
+    )
     module = ClassifierModule(
         model,
         lr=tcfg.lr,
         weight_decay=tcfg.weight_decay,
         warmup_ratio=tcfg.warmup_ratio,
         seed=seed,
-        fingerprint=fingerprint,
+        fingerprint=fp,
     )
     dm = TextClassificationDataModule(
         data_dir,
@@ -324,139 +288,50 @@ def train_task(
         train_subset=tcfg.train_subset,
         val_size=tcfg.val_size,
         length_bucketing=tcfg.length_bucketing,
-        num_workers=tcfg.num_workers,
+        num_workers=hw.num_workers,
         seed=seed,
     )
-    if spec.val_split is None and not tcfg.val_size:
-        raise ValueError(f"task {task!r} has no validation split: set train.val_size")
     should_train = getattr(mcfg, "finetune", None)
     if should_train is None:
         should_train = not getattr(model, "finetuned", False)
 
-    recorder = _RunRecorder()
-    if logger is not None:
-        logger.log_hyperparams(
-            {
-                "task": task,
-                "seed": seed,
-                **{f"model.{k}": v for k, v in asdict(mcfg).items()},
-                **{f"train.{k}": v for k, v in asdict(tcfg).items()},
-            }
-        )
-    trainer = pl.Trainer(
-        accelerator=tcfg.accelerator,
-        devices=tcfg.devices,
-        strategy=tcfg.strategy,
-        precision=_precision(tcfg),
-        max_epochs=tcfg.max_epochs,
-        max_time=timedelta(minutes=tcfg.max_time_minutes) if tcfg.max_time_minutes else None,
-        deterministic=tcfg.deterministic,
-        gradient_clip_val=tcfg.gradient_clip_val or None,
-        logger=logger if logger is not None else False,
-        callbacks=[
-            recorder,
-            EarlyStopping(monitor="val_acc", mode="max", patience=tcfg.patience),
-            ModelCheckpoint(
-                dirpath=out_dir,
-                filename="best",
-                monitor="val_acc",
-                mode="max",
-                save_top_k=1,
-                enable_version_counter=False,
-                auto_insert_metric_name=False,
-            ),
-            # its own callback: with save_last=True, Lightning 2.6 refreshes last.ckpt only when the
-            # best one changes; with no monitor, top-1 is the latest epoch, overwritten each time
-            ModelCheckpoint(dirpath=out_dir, filename="last", save_top_k=1, enable_version_counter=False),
-            *(callbacks or []),
-        ],
-        enable_progress_bar=tcfg.progress_bar,
-        enable_model_summary=tcfg.progress_bar,
-        log_every_n_steps=tcfg.log_every_n_steps,
-        default_root_dir=out_dir,
-        num_sanity_val_steps=0,
-    )
-
+    recorder = RunRecorder()
+    trainer = _trainer(tcfg, hw, out_dir, spec.name, logger, [recorder, *(callbacks or [])])
     dm.setup("fit" if should_train else "test")
     module.train()  # from_pretrained returns eval mode; Lightning keeps a submodule's mode as found
     if should_train:
-        ckpt = _resume_state(out_dir, fingerprint, tcfg.resume)
-        if ckpt is not None and ckpt["attnflow"].get("finished"):
-            recorder.load_state_dict(ckpt["callbacks"][recorder.state_key])  # nothing left to train
-        else:
-            with warnings.catch_warnings():
-                # out_dir also holds model/, metrics.json...: not a problem for ModelCheckpoint
-                warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
-                trainer.fit(
-                    module,
-                    datamodule=dm,
-                    ckpt_path=out_dir / "last.ckpt" if ckpt else None,
-                    weights_only=True,
-                )
+        _fit(trainer, module, dm, out_dir, tcfg.resume, fp)
         if not trainer.is_global_zero:
             return {}
         _load_weights(module, out_dir / "best.ckpt")
     else:
         if not trainer.is_global_zero:
             return {}
-        _save_plain_checkpoints(module, out_dir, fingerprint)
+        _save_plain_checkpoints(module, out_dir, fp)
 
-    device = trainer.strategy.root_device
+    desc = f"{spec.name} {spec.eval_split}"
     result = evaluate(
-        module.model,
-        dm.test_dataloader(),
-        device=device,
-        progress=tcfg.progress_bar,
-        desc=f"{task} {spec.eval_split}",
+        module.model, dm.test_dataloader(), device=trainer.strategy.root_device, progress=False, desc=desc
     )
     module.model.cpu()
     save_classifier(module.model, encoder, out_dir / "model")
-
-    rows = recorder.rows
-    val_accs = [r["val_acc"] for r in rows]
-    best = max(range(len(rows)), key=lambda i: (val_accs[i], -i)) if rows else None
-    metrics: dict[str, Any] = {
-        "task": task,
-        "eval_split": spec.eval_split,
-        "accuracy": result["accuracy"],
-        "n_eval": result["n"],
-    }
-    if set(result["n_by_attractors"]) - {"unknown"}:
-        metrics["accuracy_by_attractors"] = result["accuracy_by_attractors"]
-        metrics["n_by_attractors"] = result["n_by_attractors"]
-    metrics.update(
-        {
-            "val_accuracy": val_accs[best] if best is not None else None,
-            "epochs": len(rows),
-            "best_epoch": rows[best]["epoch"] if best is not None else None,
-            "n_train": len(dm.train) if should_train else 0,
-            "trained": bool(should_train),
-            "train_wall_s": round(recorder.wall_s, 2),
-            "train_samples_per_s": round(recorder.samples / recorder.step_s, 1) if recorder.step_s else None,
-            "seed": seed,
-        }
-    )
+    metrics = _metrics(spec, result, recorder, len(dm.train) if should_train else 0, bool(should_train), seed)
     write_json(out_dir / "metrics.json", metrics)
-    _write_curve(out_dir, rows, task)
+    _write_curve(out_dir, recorder.rows, spec.name)
     if logger is not None:
-        _log_final(logger, metrics, out_dir, step=int(trainer.global_step))
+        _log_final(logger, metrics, step=int(trainer.global_step))
     return metrics
 
 
-def _log_final(logger: Any, metrics: dict[str, Any], out_dir: Path, *, step: int) -> None:
-    flat = {f"{metrics['eval_split']}_acc": metrics["accuracy"]}
+def _log_final(logger: Any, metrics: dict[str, Any], *, step: int) -> None:
+    """The final accuracy and timing as metrics (the stage logs the files as artifacts once)."""
+    split = metrics["eval_split"]
+    flat = {f"{split}_acc": metrics["accuracy"]}
     flat.update(
-        {
-            f"{metrics['eval_split']}_acc_attractors_{k}": v
-            for k, v in metrics.get("accuracy_by_attractors", {}).items()
-        }
+        {f"{split}_acc_attractors_{k}": v for k, v in metrics.get("accuracy_by_attractors", {}).items()}
     )
     for key in ("train_wall_s", "train_samples_per_s", "epochs", "best_epoch", "val_accuracy"):
         value = metrics.get(key)
-        if isinstance(value, int | float) and math.isfinite(value):
+        if isinstance(value, int | float) and value == value:
             flat[key] = float(value)
     logger.log_metrics(flat, step=step)
-    experiment, run_id = getattr(logger, "experiment", None), getattr(logger, "run_id", None)
-    if run_id is not None and hasattr(experiment, "log_artifact"):  # MLflow
-        for name in ("metrics.json", "curve.csv", "curve.png"):
-            experiment.log_artifact(run_id, str(out_dir / name))

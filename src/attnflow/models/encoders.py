@@ -11,21 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from attnflow.batches import pad_batch
 from attnflow.data.vocab import Vocab
 
 __all__ = ["HFEncoder", "WordEncoder"]
-
-
-def _pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max((len(r) for r in rows), default=0)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)  # (B, T)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)  # (B, T)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
-        mask[i, : len(r)] = 1
-    return ids, mask
 
 
 class WordEncoder:
@@ -54,7 +43,7 @@ class WordEncoder:
 
     def encode(self, texts: Sequence[str], max_length: int | None = None) -> dict[str, Any]:
         rows = self.encode_ids(texts, max_length)
-        ids, mask = _pad(rows, self.pad_id)
+        ids, mask = pad_batch(rows, self.pad_id)
         return {"input_ids": ids, "attention_mask": mask, "tokens": [self.vocab.decode(r) for r in rows]}
 
     def save(self, directory: str | Path) -> None:
@@ -83,7 +72,7 @@ class HFEncoder:
 
     def encode(self, texts: Sequence[str], max_length: int | None = None) -> dict[str, Any]:
         rows = self.encode_ids(texts, max_length)
-        ids, mask = _pad(rows, self.pad_id)
+        ids, mask = pad_batch(rows, self.pad_id)
         tokens = [self.tokenizer.convert_ids_to_tokens(r) for r in rows]
         return {"input_ids": ids, "attention_mask": mask, "tokens": tokens}
 

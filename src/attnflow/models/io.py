@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from attnflow.data.vocab import Vocab
+from attnflow.io import umask_modes
 from attnflow.models.agreement import AgreementConfig, AgreementTransformer
 from attnflow.models.encoders import HFEncoder, WordEncoder
 from attnflow.models.hf import HFClassifier
@@ -55,6 +56,7 @@ def save_classifier(model: nn.Module, encoder: Any, model_dir: str | Path) -> Pa
             old = model_dir.with_name(f".{model_dir.name}.old")
             shutil.rmtree(old, ignore_errors=True)
             os.replace(model_dir, old)
+        umask_modes(tmp)  # mkdtemp makes a 0700 folder
         os.replace(tmp, model_dir)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)

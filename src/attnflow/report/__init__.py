@@ -1,16 +1,16 @@
-"""Tables and figures: the study report beside the paper's published numbers.
+"""The study report: tables and figures beside the paper's published numbers.
 
 - :mod:`.paper`: the published Tables 1-3 (the paper's numbers, labelled as such)
-- :mod:`.tables`: one table structure rendered to markdown and HTML; the comparison tables
+- :mod:`.inputs`: reading each task's stage outputs; :mod:`.frames`: merges, group-bys, pivots
+- :mod:`.tables` / :mod:`.document`: one table structure rendered to markdown and HTML
 - :mod:`.figures`: correlation curves, Figure 2/3-style maps, per-head heatmap, attention graph
-- :mod:`.aggregate`: mean and spread over seeds
-- :mod:`.build`: :func:`build_report` writes ``report.md``, ``report.html``, ``metrics.json``, figures
+- :mod:`.sections`: one small module per report section; :mod:`.build`: :func:`build_report`
 """
 
-from .aggregate import aggregate_seeds, sweep_payload
-from .build import Report, build_report, metric_cells, metrics_payload
+from .build import Report, build_report
 from .figures import plot_attention_graph, plot_curves, plot_head_correlations, plot_maps, save_figure
-from .paper import PAPER_ACCURACY, TABLES, PaperTable, paper_cell, paper_table
+from .frames import comparison_frame, head_grid, metric_cells, metrics_payload, seed_frame
+from .paper import PAPER_ACCURACY, TABLES, PaperTable, paper_cell, paper_frame, paper_table
 from .tables import Grid, comparison_cells, comparison_grid, to_html, to_markdown
 
 __all__ = [
@@ -19,20 +19,22 @@ __all__ = [
     "Grid",
     "PaperTable",
     "Report",
-    "aggregate_seeds",
     "build_report",
     "comparison_cells",
+    "comparison_frame",
     "comparison_grid",
+    "head_grid",
     "metric_cells",
     "metrics_payload",
     "paper_cell",
+    "paper_frame",
     "paper_table",
     "plot_attention_graph",
     "plot_curves",
     "plot_head_correlations",
     "plot_maps",
     "save_figure",
-    "sweep_payload",
+    "seed_frame",
     "to_html",
     "to_markdown",
 ]

@@ -15,11 +15,11 @@ import numpy as np
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
+from attnflow.explain.graph import attention_graph
 from attnflow.io import atomic_path
 
 __all__ = [
     "COLORS",
-    "mixed_attention",
     "plot_attention_graph",
     "plot_curves",
     "plot_head_correlations",
@@ -27,7 +27,13 @@ __all__ = [
     "save_figure",
 ]
 
-COLORS = {"raw": "#4c72b0", "rollout": "#dd8452", "flow": "#55a868"}
+COLORS = {
+    "raw": "#4c72b0",
+    "rollout": "#dd8452",
+    "flow": "#55a868",
+    "chefer": "#c44e52",
+    "chefer_lrp": "#8172b3",
+}
 _EPS = 1e-12  # guard for row normalisation
 DPI = 110
 
@@ -40,12 +46,8 @@ def save_figure(fig: Figure, path: str | Path) -> Path:
     return path
 
 
-def _layer_number(key: str) -> int:
-    return int(str(key).lstrip("L"))
-
-
 def plot_curves(
-    ours: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    ours: Any,
     paper: Mapping[str, Mapping[int, tuple[float, float]]] | None = None,
     *,
     title: str = "",
@@ -53,19 +55,16 @@ def plot_curves(
 ) -> Figure:
     """Mean correlation per layer: ours solid with its CI band, the paper's dashed (same colour).
 
-    ``ours``: ``{explainer: {"L1": {"mean", "ci_low", "ci_high"}, ...}}`` (one importance block of
-    ``correlations.json``); ``paper``: ``{explainer: {layer: (mean, std)}}`` or None.
+    ``ours``: rows of a correlation table (columns method, layer, mean, ci_low, ci_high) for one
+    importance score; ``paper``: ``{method: {layer: (mean, std)}}`` or None.
     """
     fig = Figure(figsize=(5.5, 3.6), layout="constrained")
     ax = fig.add_subplot()
-    for explainer, by_layer in ours.items():
-        color = COLORS.get(explainer)
-        layers = sorted(by_layer, key=_layer_number)
-        x = np.array([_layer_number(k) for k in layers])
-        mean = np.array([_num(by_layer[k].get("mean")) for k in layers])
-        lo = np.array([_num(by_layer[k].get("ci_low")) for k in layers])
-        hi = np.array([_num(by_layer[k].get("ci_high")) for k in layers])
-        (line,) = ax.plot(x, mean, "-o", color=color, ms=3.5, label=f"{explainer} (ours)")
+    for method, rows in ours.groupby("method", sort=False):
+        rows = rows.sort_values("layer")
+        x = rows["layer"].to_numpy()
+        (line,) = ax.plot(x, rows["mean"], "-o", color=COLORS.get(method), ms=3.5, label=f"{method} (ours)")
+        lo, hi = rows["ci_low"].to_numpy(dtype=float), rows["ci_high"].to_numpy(dtype=float)
         if np.isfinite(lo).any():
             ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
     for explainer, by_layer in (paper or {}).items():
@@ -87,10 +86,6 @@ def plot_curves(
     ax.legend(fontsize=7, ncol=2, loc="best")
     ax.grid(alpha=0.3)
     return fig
-
-
-def _num(x: Any) -> float:
-    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else float("nan")
 
 
 def plot_maps(maps: Mapping[str, np.ndarray], tokens: Sequence[str], *, title: str = "") -> Figure:
@@ -124,47 +119,34 @@ def plot_maps(maps: Mapping[str, np.ndarray], tokens: Sequence[str], *, title: s
     return fig
 
 
-def plot_head_correlations(
-    per_head: Mapping[str, Mapping[str, Mapping[str, Mapping[str, Any]]]], *, title: str = ""
-) -> Figure | None:
-    """Mean correlation per (layer, head): one panel per importance × method; None without data.
+def plot_head_correlations(per_head: Any, *, title: str = "") -> Figure | None:
+    """Mean correlation per (layer, head): one panel per importance x method; None without data.
 
-    ``per_head``: ``{importance: {"<method>@h<k>": {"L1": {"mean": ...}}}}`` (heads 0-based).
+    ``per_head``: the per-head rows of a correlation table (columns importance, method, head,
+    layer, mean; heads 0-based).
     """
-    panels: dict[tuple[str, str], dict[tuple[int, int], float]] = {}
-    for importance, explainers in per_head.items():
-        for name, layers in explainers.items():
-            method, sep, head = name.partition("@h")
-            if not sep or not head.isdigit():
-                continue
-            cells = panels.setdefault((importance, method), {})
-            for layer, stats in layers.items():
-                cells[(_layer_number(layer), int(head))] = _num(stats.get("mean"))
-    if not panels:
+    if per_head is None or per_head.empty:
         return None
-    importances = list(dict.fromkeys(k[0] for k in panels))
-    methods = list(dict.fromkeys(k[1] for k in panels))
+    importances = list(dict.fromkeys(per_head["importance"]))
+    methods = list(dict.fromkeys(per_head["method"]))
     fig = Figure(figsize=(3.2 * len(methods) + 0.8, 2.8 * len(importances)), layout="constrained")
     axes = fig.subplots(len(importances), len(methods), squeeze=False)
     image = None
     for i, importance in enumerate(importances):
         for j, method in enumerate(methods):
             ax = axes[i][j]
-            cells = panels.get((importance, method), {})
-            if not cells:
+            rows = per_head[(per_head["importance"] == importance) & (per_head["method"] == method)]
+            if rows.empty:
                 ax.set_axis_off()
                 continue
-            n_layers = max(k[0] for k in cells)
-            n_heads = max(k[1] for k in cells) + 1
-            grid = np.full((n_layers, n_heads), np.nan)  # (L, H)
-            for (layer, head), value in cells.items():
-                grid[layer - 1, head] = value
-            image = ax.imshow(grid, origin="lower", aspect="auto", cmap="RdBu_r", vmin=-1.0, vmax=1.0)
-            for (r, c), value in np.ndenumerate(grid):
+            grid = rows.pivot(index="layer", columns="head", values="mean").sort_index()  # (L, H)
+            values = grid.to_numpy(dtype=float)
+            image = ax.imshow(values, origin="lower", aspect="auto", cmap="RdBu_r", vmin=-1.0, vmax=1.0)
+            for (r, c), value in np.ndenumerate(values):
                 if np.isfinite(value):
                     ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=6)
-            ax.set_yticks(range(n_layers), [f"L{k + 1}" for k in range(n_layers)], fontsize=7)
-            ax.set_xticks(range(n_heads), [f"h{k}" for k in range(n_heads)], fontsize=7)
+            ax.set_yticks(range(len(grid.index)), [f"L{k}" for k in grid.index], fontsize=7)
+            ax.set_xticks(range(len(grid.columns)), [f"h{k}" for k in grid.columns], fontsize=7)
             ax.set_title(f"{method} vs {importance}", fontsize=9)
     if image is not None:
         fig.colorbar(image, ax=axes, shrink=0.8, label="mean Spearman ρ")
@@ -173,37 +155,24 @@ def plot_head_correlations(
     return fig
 
 
-def mixed_attention(attn: np.ndarray, *, residual: float = 0.5) -> np.ndarray:
-    """Head-averaged attention with the residual mixed in: A = (1 − r)·mean_h W + r·I, rows renormalised.
-
-    ``attn`` is ``(L, H, T, T)`` (query, key); returns ``(L, T, T)``. With r = 0.5 this is the
-    paper's A = 0.5·W + 0.5·I.
-
-    >>> w = np.array([[[[0.0, 1.0], [1.0, 0.0]]]])  # (1, 1, 2, 2)
-    >>> mixed_attention(w)[0].tolist()
-    [[0.5, 0.5], [0.5, 0.5]]
-    """
-    w = np.asarray(attn, dtype=np.float64).mean(axis=1)  # (L, T, T)
-    eye = np.eye(w.shape[-1])[None]  # (1, T, T)
-    a = (1.0 - residual) * w + residual * eye
-    return a / np.maximum(a.sum(axis=-1, keepdims=True), _EPS)
-
-
 def plot_attention_graph(
     attn: np.ndarray,
     tokens: Sequence[str],
     *,
     residual: float = 0.5,
+    heads: str | int = "mean",
     min_weight: float = 0.02,
     source: int | None = 0,
 ) -> Figure:
     """The attention graph: nodes = tokens × layers (0 = input embeddings), edges weighted by attention.
 
     An edge joins node (layer l, position k) to (layer l − 1, position j) with weight A_l[k, j] of
-    :func:`mixed_attention`; it is drawn with alpha ∝ weight (edges below ``min_weight`` are left
+    :func:`attnflow.explain.graph.attention_graph` (heads aggregated by ``heads``); it is drawn with alpha ∝ weight (edges below ``min_weight`` are left
     out). ``source`` marks a node at the top layer (the CLS token by default).
     """
-    a = mixed_attention(attn, residual=residual)  # (L, T, T)
+    a = attention_graph(
+        np.asarray(attn, dtype=np.float64), residual=residual, heads=heads, renormalize=True
+    )  # (L, T, T)
     n_layers, n_tok = a.shape[0], a.shape[-1]
     segments, colors = [], []
     peak = max(float(a.max()), _EPS)
@@ -227,7 +196,7 @@ def plot_attention_graph(
     ax.set_yticks(range(n_layers + 1), ["input"] + [f"L{k + 1}" for k in range(n_layers)], fontsize=7)
     ax.set_xlim(-0.5, n_tok - 0.5)
     ax.set_ylim(-0.3, n_layers + 0.3)
-    ax.set_title(f"attention graph (heads averaged, residual {residual:g})", fontsize=9)
+    ax.set_title(f"attention graph (heads: {heads}, residual {residual:g})", fontsize=9)
     for spine in ax.spines.values():
         spine.set_visible(False)
     return fig

@@ -1,15 +1,12 @@
 """Reading one task's stage outputs for the report, tolerating any of them being absent.
 
-Paths (relative to the ``reports`` and ``outputs`` folders):
-
-- ``reports/<task>/correlations.json``, ``correlations_per_head.json`` (optional),
-  ``train_metrics.json``, ``data_summary.json``
-- ``outputs/capture/<task>/samples.parquet``, ``outputs/explain/<task>/maps.safetensors``
+Every path comes from :class:`attnflow.paths.StudyPaths`: the correlation table
+(``correlations.parquet``), ``train_metrics.json``, ``data_summary.json``, the captured samples and
+the explanation maps (joined to the samples on ``sample_id``).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from attnflow.io import load_ragged
+from attnflow.io import align_ids, load_ragged, read_json, read_parquet
+from attnflow.paths import StudyPaths
 
 __all__ = [
     "MAP_METHODS",
@@ -31,81 +29,64 @@ __all__ = [
     "pick_samples",
 ]
 
-MAP_METHODS = ("raw", "rollout", "flow")
+MAP_METHODS = ("raw", "rollout", "flow")  # drawn first, in this order, when present
 
 
-def input_paths(task: str, reports: Path, outputs: Path) -> dict[str, Path]:
+def input_paths(task: str, paths: StudyPaths) -> dict[str, Path]:
     """Every file the report reads for ``task``, by role."""
-    r = Path(reports) / task
     return {
-        "correlations": r / "correlations.json",
-        "per_head": r / "correlations_per_head.json",
-        "sensitivity": r / "sensitivity.json",
-        "train_metrics": r / "train_metrics.json",
-        "data_summary": r / "data_summary.json",
-        "samples": Path(outputs) / "capture" / task / "samples.parquet",
-        "maps": Path(outputs) / "explain" / task / "maps.safetensors",
+        "table": paths.correlations(task),
+        "train_metrics": paths.train_metrics(task),
+        "data_summary": paths.data_summary(task),
+        "samples": paths.samples(task),
+        "maps": paths.maps(task),
     }
 
 
 @dataclass
 class TaskInputs:
     task: str
-    correlations: dict[str, Any] | None = None
-    per_head: dict[str, Any] | None = None
-    sensitivity: dict[str, Any] | None = None  # {variant: correlations layout}, means only
+    table: pd.DataFrame | None = None  # the correlation table (attnflow.metrics.tables)
     train_metrics: dict[str, Any] | None = None
     data_summary: dict[str, Any] | None = None
     samples: pd.DataFrame | None = None
-    maps: dict[str, list[np.ndarray]] | None = None
-    missing: list[str] = field(default_factory=list)  # paths not found (the optional per-head file excluded)
+    maps: dict[str, list[np.ndarray]] | None = None  # aligned with samples' rows
+    missing: list[str] = field(default_factory=list)  # paths not found
     problems: list[str] = field(default_factory=list)  # files found but unreadable
 
-    @property
-    def empty(self) -> bool:
-        return self.correlations is None and self.train_metrics is None and self.samples is None
+
+_READERS = {
+    "table": read_parquet,
+    "train_metrics": read_json,
+    "data_summary": read_json,
+    "samples": read_parquet,
+    "maps": lambda p: load_ragged(p, with_ids=True),
+}
 
 
-def _json(path: Path, into: TaskInputs, *, optional: bool = False) -> dict[str, Any] | None:
-    if not path.is_file():
-        if not optional:
-            into.missing.append(path.as_posix())
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        into.problems.append(f"{path.as_posix()}: {exc}")
-        return None
-
-
-def load_task(task: str, reports: Path, outputs: Path) -> TaskInputs:
+def load_task(task: str, paths: StudyPaths) -> TaskInputs:
     """Load what exists; record what does not (``missing``) or cannot be read (``problems``)."""
-    paths = input_paths(task, reports, outputs)
     got = TaskInputs(task)
-    got.correlations = _json(paths["correlations"], got)
-    got.per_head = _json(paths["per_head"], got, optional=True)
-    got.sensitivity = _json(paths["sensitivity"], got, optional=True)
-    got.train_metrics = _json(paths["train_metrics"], got)
-    got.data_summary = _json(paths["data_summary"], got)
-    for key in ("samples", "maps"):
-        path = paths[key]
+    for role, path in input_paths(task, paths).items():
         if not path.is_file():
             got.missing.append(path.as_posix())
             continue
         try:
-            if key == "samples":
-                got.samples = pd.read_parquet(path).reset_index(drop=True)
-            else:
-                got.maps = {k: v for k, v in load_ragged(path).items() if k in MAP_METHODS}
+            setattr(got, role, _READERS[role](path))
         except Exception as exc:  # a corrupt file must not stop the whole report
-            got.problems.append(f"{path.as_posix()}: {exc}")
-    if got.samples is not None and got.maps:
-        n_maps = {len(v) for v in got.maps.values()}
-        if n_maps != {len(got.samples)}:
-            got.problems.append(
-                f"{paths['maps'].as_posix()}: {sorted(n_maps)} maps for {len(got.samples)} samples; maps not drawn"
+            got.problems.append(str(exc))
+    if got.samples is not None and got.maps is not None:
+        maps, ids = got.maps
+        try:
+            order = align_ids(
+                ids, got.samples["sample_id"], what=paths.maps(task).as_posix(), against="the samples"
             )
+            got.maps = {k: [v[i] for i in order] for k, v in maps.items()}
+        except Exception as exc:
+            got.problems.append(f"{exc}; maps not drawn")
             got.maps = None
+    elif got.maps is not None:
+        got.maps = None
     return got
 
 

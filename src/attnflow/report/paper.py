@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import pandas as pd
+
 __all__ = [
     "AUTHORS_SETTINGS",
     "PAPER_ACCURACY",
@@ -25,6 +27,7 @@ __all__ = [
     "TABLES",
     "PaperTable",
     "paper_cell",
+    "paper_frame",
     "paper_table",
 ]
 
@@ -103,20 +106,37 @@ PAPER_ACCURACY: dict[str, float] = {"agreement": 0.96}
 AUTHORS_SETTINGS: dict[str, str] = {
     "explain.residual": "0.5",
     "explain.heads": "mean",
-    "explain.rows.agreement": "cls",
-    "explain.rows.sst2": "max",
+    "task.agreement.rows": "cls",
+    "task.sst2.rows": "max",
     "attribution.blank_token": "pad",
-    "attribution.gradient_target.agreement": "p0_minus_p1",
-    "attribution.gradient_target.sst2": "logit (positive class; GLUE test labels are hidden)",
+    "task.agreement.gradient_target": "p0_minus_p1",
+    "task.sst2.gradient_target": "logit (positive class; GLUE test labels are hidden)",
     "attribution.gradient_reduction": "abs_sum",
     "correlate.spearman": "dense_noties",
     "correlate.undefined": "zero",
     "correlate.include_cls.blank_out": "False",
     "correlate.include_cls.input_gradients": "True",
-    "capture.agreement.n_samples": "2000",
-    "capture.sst2.split": "test (GLUE, unlabelled)",
-    "capture.sst2.n_samples": "101 (paper: 100)",
+    "task.agreement.capture.n_samples": "2000",
+    "task.sst2.capture.split": "test (GLUE, unlabelled)",
+    "task.sst2.capture.n_samples": "101 (paper: 100)",
 }
+
+
+def paper_frame() -> pd.DataFrame:
+    """Every published cell as a tidy row: table, task, importance, method, layer, paper_mean, paper_std.
+
+    >>> paper_frame().query("table == 1 and method == 'flow' and layer == 3")[["paper_mean", "paper_std"]].values.tolist()
+    [[0.7, 0.25]]
+    """
+    rows = [
+        (t.number, t.task, t.importance, method, layer, *t.cells[method][layer])
+        for t in TABLES
+        for method in t.cells
+        for layer in t.layers
+    ]
+    return pd.DataFrame(
+        rows, columns=["table", "task", "importance", "method", "layer", "paper_mean", "paper_std"]
+    )
 
 
 def paper_table(task: str, importance: str) -> PaperTable | None:

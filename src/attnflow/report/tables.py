@@ -14,11 +14,11 @@ gives each explainer three rows: ours ``mean ± std``, the paper's ``mean ± std
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .aggregate import finite
 from .paper import PaperTable
 
 __all__ = [
@@ -30,15 +30,30 @@ __all__ = [
     "Grid",
     "comparison_cells",
     "comparison_grid",
+    "finite",
+    "fmt",
     "fmt_delta",
     "fmt_mean_std",
     "to_html",
     "to_markdown",
 ]
 
-EXPLAINER_LABELS = {"raw": "Raw", "rollout": "Rollout", "flow": "Flow"}
+EXPLAINER_LABELS = {
+    "raw": "Raw",
+    "rollout": "Rollout",
+    "flow": "Flow",
+    "chefer": "Chefer (generic)",
+    "chefer_lrp": "Chefer (LRP)",
+}
 IMPORTANCE_LABELS = {"blank_out": "blank-out", "input_gradients": "input gradients"}
 DIGITS = 2  # the paper prints two decimals
+
+
+def finite(x: Any) -> bool:
+    """A real number that is neither NaN nor infinite (bools and None are not)."""
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
 MARK_FAR = "‼"  # |Δ| > 2 · paper std
 MARK_MATCH = "✓"  # the paper's mean inside our CI of the mean
 
@@ -83,6 +98,19 @@ def to_html(grid: Grid) -> str:
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table>")
     return "\n".join(out)
+
+
+def fmt(x: Any, digits: int = 3) -> str:
+    """A plain value for a table: floats to ``digits`` decimals, None / NaN as ``n/a``.
+
+    >>> fmt(0.93751), fmt(None), fmt(float("nan")), fmt("test")
+    ('0.938', 'n/a', 'n/a', 'test')
+    """
+    if x is None:
+        return "n/a"
+    if isinstance(x, float):
+        return f"{x:.{digits}f}" if math.isfinite(x) else "n/a"
+    return str(x)
 
 
 def fmt_mean_std(mean: float | None, std: float | None = None) -> str:
@@ -150,34 +178,29 @@ class Cell:
         return abs(d) > 2.0 * float(self.paper_std)  # type: ignore[arg-type]
 
 
-def comparison_cells(
-    paper: PaperTable, ours: Mapping[str, Mapping[str, Mapping[str, Any]]] | None
-) -> list[Cell]:
-    """Cells of one published table, filled with ``ours[explainer]["L<k>"]`` where present.
+def comparison_cells(comparison: Any, number: int) -> list[Cell]:
+    """The cells of published table ``number`` from :func:`attnflow.report.frames.comparison_frame`
+    (ours None where we have no value), in the paper's order."""
+    rows = comparison[comparison["table"] == number]
 
-    ``ours`` is one importance's block of ``correlations.json``: ``{explainer: {"L1": {mean, std,
-    ci_low, ci_high, n, n_undefined}}}``. Only the paper's explainers and layers are compared.
-    """
-    cells = []
-    for explainer, by_layer in paper.cells.items():
-        for layer in paper.layers:
-            p_mean, p_std = by_layer[layer]
-            got = dict((ours or {}).get(explainer, {}).get(f"L{layer}", {}))
-            cells.append(
-                Cell(
-                    explainer=explainer,
-                    layer=layer,
-                    mean=got.get("mean"),
-                    std=got.get("std"),
-                    ci_low=got.get("ci_low"),
-                    ci_high=got.get("ci_high"),
-                    n=got.get("n"),
-                    n_undefined=got.get("n_undefined"),
-                    paper_mean=p_mean,
-                    paper_std=p_std,
-                )
-            )
-    return cells
+    def value(x: Any) -> Any:
+        return None if x is None or x != x else x  # NaN (no value of ours) -> None
+
+    return [
+        Cell(
+            explainer=r.method,
+            layer=int(r.layer),
+            mean=value(r.mean),
+            std=value(r.std),
+            ci_low=value(r.ci_low),
+            ci_high=value(r.ci_high),
+            n=None if value(r.n) is None else int(r.n),
+            n_undefined=None if value(r.n_undefined) is None else int(r.n_undefined),
+            paper_mean=r.paper_mean,
+            paper_std=r.paper_std,
+        )
+        for r in rows.itertuples()
+    ]
 
 
 def comparison_grid(paper: PaperTable, cells: Sequence[Cell], *, caption: str | None = None) -> Grid:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from attnflow.data import download as dl
+from attnflow.tasks import TASKS
 
 LINZEN_FILES = ["numpred.val", *(f"numpred.test.{k}" for k in range(1, 6))]
 
@@ -79,7 +80,7 @@ def test_mirror_copy_verifies_sha256_of_real_file(tmp_path):
         pytest.skip("../shared/data is absent: the real SST-2 files are needed for their known digests")
     for name in ("train.tsv", "dev.tsv", "test.tsv"):
         (mirror / name).write_bytes((real / name).read_bytes())
-    manifest = dl.download("sst2", tmp_path / "raw", urls=[], mirrors=[tmp_path / "mirror"])
+    manifest = dl.download(TASKS["sst2"].dataset, tmp_path / "raw", urls=[], mirrors=[tmp_path / "mirror"])
     assert {f["verified"] for f in manifest["files"].values()} == {"sha256"}
     assert (tmp_path / "raw" / "glue_SST-2" / "dev.tsv").read_bytes() == (real / "dev.tsv").read_bytes()
 
@@ -88,7 +89,7 @@ def test_corrupted_mirror_file_is_rejected_and_leaves_nothing(tmp_path):
     """A mirror file whose sha256 differs from the table is refused; no partial or bad file remains."""
     mirror = _make_mirror(tmp_path / "mirror")
     with pytest.raises(dl.DownloadError) as err:
-        dl.download("sst2", tmp_path / "raw", urls=[], mirrors=[mirror])
+        dl.download(TASKS["sst2"].dataset, tmp_path / "raw", urls=[], mirrors=[mirror])
     assert "sha256 mismatch" in str(err.value)
     assert str(mirror) in str(err.value)
     raw = tmp_path / "raw"
@@ -98,7 +99,9 @@ def test_corrupted_mirror_file_is_rejected_and_leaves_nothing(tmp_path):
 def test_unreachable_url_falls_back_to_mirror_and_names_attempts(tmp_path, no_known_digests):
     mirror = _make_mirror(tmp_path / "mirror")
     url = _closed_port_url()
-    manifest = dl.download("agreement", tmp_path / "raw", urls=[url], mirrors=[mirror], timeout_s=2)
+    manifest = dl.download(
+        TASKS["agreement"].dataset, tmp_path / "raw", urls=[url], mirrors=[mirror], timeout_s=2
+    )
     assert manifest["attempts"][0].startswith(f"{url}: unreachable")
     assert "ok" in manifest["attempts"][1]
     assert sorted(p.name for p in (tmp_path / "raw" / "rnn_agr_simple").iterdir()) == sorted(LINZEN_FILES)
@@ -109,7 +112,13 @@ def test_every_source_failing_names_each_source_and_reason(tmp_path, no_known_di
     monkeypatch.delenv(dl.MIRROR_ENV, raising=False)
     url = _closed_port_url()
     with pytest.raises(dl.DownloadError) as err:
-        dl.download("agreement", tmp_path / "raw", urls=[url], mirrors=[tmp_path / "nowhere"], timeout_s=2)
+        dl.download(
+            TASKS["agreement"].dataset,
+            tmp_path / "raw",
+            urls=[url],
+            mirrors=[tmp_path / "nowhere"],
+            timeout_s=2,
+        )
     text = str(err.value)
     assert f"{url}: unreachable" in text
     assert f"{tmp_path / 'nowhere'}: no such folder" in text
@@ -129,7 +138,7 @@ def test_official_tarball_over_http_is_used_first(tmp_path, http_dir, no_known_d
     (served / "rnn_agr_simple.tar.gz").write_bytes(buf.getvalue())
     mirror = _make_mirror(tmp_path / "mirror")
     manifest = dl.download(
-        "agreement", tmp_path / "raw", urls=[f"{base}/rnn_agr_simple.tar.gz"], mirrors=[mirror]
+        TASKS["agreement"].dataset, tmp_path / "raw", urls=[f"{base}/rnn_agr_simple.tar.gz"], mirrors=[mirror]
     )
     sources = {f["source"] for f in manifest["files"].values()}
     assert sources == {f"{base}/rnn_agr_simple.tar.gz"}
@@ -149,7 +158,9 @@ def test_truncated_archive_is_reported_and_mirror_used(tmp_path, http_dir, no_kn
             zf.writestr(f"SST-2/{name}.tsv", "sentence\tlabel\nx\t1\n" * 200)
     (served / "SST-2.zip").write_bytes(buf.getvalue()[: len(buf.getvalue()) // 2])
     mirror = _make_mirror(tmp_path / "mirror")
-    manifest = dl.download("sst2", tmp_path / "raw", urls=[f"{base}/SST-2.zip"], mirrors=[mirror])
+    manifest = dl.download(
+        TASKS["sst2"].dataset, tmp_path / "raw", urls=[f"{base}/SST-2.zip"], mirrors=[mirror]
+    )
     assert "corrupt or truncated archive" in manifest["attempts"][0]
     assert {f["source"] for f in manifest["files"].values()} == {str(mirror)}
     assert not _no_partials(tmp_path / "raw")
@@ -161,7 +172,7 @@ def test_git_blob_id_verifies_files_with_no_known_sha256(tmp_path, monkeypatch):
     (mirror / "linzen2016" / "rnn_agr_simple" / "numpred.train").write_bytes(b"VBZ\tnot the real file\n")
     table = {"linzen2016/rnn_agr_simple/numpred.train": {"sha256": "-", "bytes": "-", "git_blob": "0" * 40}}
     monkeypatch.setattr(dl, "known_digests", lambda: table)
-    manifest = dl.download("agreement", tmp_path / "raw", urls=[], mirrors=[mirror])
+    manifest = dl.download(TASKS["agreement"].dataset, tmp_path / "raw", urls=[], mirrors=[mirror])
     # The optional train file was refused (blob mismatch), the required ones were accepted as new.
     assert "numpred.train" not in " ".join(manifest["files"])
     assert not (tmp_path / "raw" / "rnn_agr_simple" / "numpred.train").exists()
@@ -170,7 +181,7 @@ def test_git_blob_id_verifies_files_with_no_known_sha256(tmp_path, monkeypatch):
 def test_env_mirror_is_tried_after_configured_ones(tmp_path, monkeypatch, no_known_digests):
     mirror = _make_mirror(tmp_path / "envmirror")
     monkeypatch.setenv(dl.MIRROR_ENV, str(mirror))
-    manifest = dl.download("sst2", tmp_path / "raw", urls=[], mirrors=[tmp_path / "absent"])
+    manifest = dl.download(TASKS["sst2"].dataset, tmp_path / "raw", urls=[], mirrors=[tmp_path / "absent"])
     assert manifest["attempts"] == [f"{tmp_path / 'absent'}: no such folder", f"{mirror}: ok"]
 
 
@@ -178,3 +189,17 @@ def test_checksum_table_covers_the_manifest():
     table = dl.known_digests()
     assert table["sst2/glue_SST-2/dev.tsv"]["sha256"].startswith("54a9c12c")
     assert table["linzen2016/rnn_agr_simple/numpred.train"]["git_blob"].startswith("50cfcc8c")
+
+
+def test_downloaded_files_get_umask_modes(tmp_path, no_known_digests):
+    import os
+    import stat
+
+    mirror = _make_mirror(tmp_path / "mirror")
+    old = os.umask(0o022)
+    try:
+        dl.download(TASKS["agreement"].dataset, tmp_path / "raw", urls=[], mirrors=[mirror])
+    finally:
+        os.umask(old)
+    files = [p for p in (tmp_path / "raw").rglob("*") if p.is_file()]
+    assert files and {stat.S_IMODE(p.stat().st_mode) for p in files} == {0o644}  # not mkstemp's 0600

@@ -13,6 +13,7 @@ from attnflow.data.download import download
 from attnflow.data.linzen import SplitFractions, prepare_agreement
 from attnflow.data.sst2 import prepare_sst2
 from attnflow.data.vocab import Vocab
+from attnflow.tasks import TASKS
 
 SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "data"
 
@@ -124,8 +125,8 @@ def test_sst2_test_split_is_unlabelled_and_bad_label_named(tmp_path):
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data (the offline mirror) is absent")
 def test_real_mirror_counts_match_manifest(tmp_path):
     """MANIFEST.md: numpred.val 15,772 (10,763 VBZ); test.1-5 52,599/9,380/2,051/561/159; SST-2 67,349/872/1,821."""
-    download("agreement", tmp_path / "raw" / "agreement", urls=[], mirrors=[SHARED])
-    download("sst2", tmp_path / "raw" / "sst2", urls=[], mirrors=[SHARED])
+    download(TASKS["agreement"].dataset, tmp_path / "raw" / "agreement", urls=[], mirrors=[SHARED])
+    download(TASKS["sst2"].dataset, tmp_path / "raw" / "sst2", urls=[], mirrors=[SHARED])
     a = prepare_agreement(tmp_path / "raw" / "agreement", tmp_path / "agreement", dedupe=False)
     total = sum(a[s]["n"] for s in ("train", "val", "test"))
     assert total == 15_772 + 52_599 + 9_380 + 2_051 + 561 + 159
@@ -142,3 +143,32 @@ def test_real_mirror_counts_match_manifest(tmp_path):
     )
     summary = json.loads((tmp_path / "agreement" / "data_summary.json").read_text())
     assert summary["split_mode"] == "pooled"
+
+
+def _glue(raw: Path, dev: str) -> Path:
+    folder = raw / "glue_SST-2"
+    folder.mkdir(parents=True)
+    (folder / "train.tsv").write_text("sentence\tlabel\na fine film \t1\n")
+    (folder / "dev.tsv").write_text(dev)
+    (folder / "test.tsv").write_text("index\tsentence\n0\ta film\n")
+    return raw
+
+
+@pytest.mark.parametrize("dev", ["", "sentence\tlabel\n"], ids=["zero bytes", "header only"])
+def test_empty_sst2_split_is_an_error_at_prepare_naming_the_file(tmp_path, dev):
+    with pytest.raises(DataFormatError, match=r"dev\.tsv: no data rows"):
+        prepare_sst2(_glue(tmp_path / "raw", dev), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_empty_linzen_files_are_an_error_naming_the_file(tmp_path):
+    raw = _linzen(tmp_path / "raw", {"numpred.val": "", **{f"numpred.test.{k}": "" for k in range(1, 6)}})
+    with pytest.raises(DataFormatError, match=r"numpred\.test\.1: no data rows"):
+        prepare_agreement(raw, tmp_path / "out")
+
+
+def test_bad_vocabulary_file_error_names_the_file(tmp_path):
+    path = tmp_path / "vocab.json"
+    path.write_text(json.dumps({"itos": ["the", "dog"]}))
+    with pytest.raises(ValueError, match=rf"{path}: vocabulary must start with the specials"):
+        Vocab.load(path)

@@ -81,3 +81,18 @@ def test_hf_folder_with_missing_weights_is_rejected(tiny_bert_dir, tmp_path):
     config.write_text(json.dumps(payload))
     with pytest.raises(ValueError, match="do not match"):
         load_classifier(tmp_path / "model")
+
+
+def test_exported_model_folder_gets_umask_modes(tiny_agreement, vocab, tmp_path):
+    import os
+    import stat
+
+    from attnflow.models import WordEncoder
+
+    old = os.umask(0o022)
+    try:
+        out = save_classifier(tiny_agreement, WordEncoder(vocab), tmp_path / "model")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755  # mkdtemp alone would leave 0700
+    assert {stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()} == {0o644}

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from attnflow.io import save_ragged
+from attnflow.paths import StudyPaths
 from attnflow.report.paper import TABLES
 
 OFFSET = 0.03  # every cell not set by hand is the paper's mean + OFFSET, so its Δ is +0.03
@@ -28,38 +29,30 @@ HAND = {
 N = 40  # samples per cell
 
 
-def correlations(task: str) -> dict:
-    """``{importance: {explainer: {"L<k>": {...}}}}`` for layers 1-6 of every explainer."""
-    out: dict = {}
-    importances = ("blank_out", "input_gradients")
-    for importance in importances:
+def correlations(task: str) -> pd.DataFrame:
+    """The configured all-heads cells for layers 1-6 of every method (and two heads of flow on agreement)."""
+    rows = []
+    for importance in ("blank_out", "input_gradients"):
         paper = next((t for t in TABLES if (t.task, t.importance) == (task, importance)), None)
-        for explainer in ("raw", "rollout", "flow"):
-            block = out.setdefault(importance, {}).setdefault(explainer, {})
+        for method in ("raw", "rollout", "flow"):
             for layer in range(1, 7):
-                base = paper.cells[explainer][layer][0] if paper and layer in paper.layers else 0.1 * layer
+                base = paper.cells[method][layer][0] if paper and layer in paper.layers else 0.1 * layer
                 mean, std, lo, hi = HAND.get(
-                    (task, importance, explainer, layer), (base + OFFSET, 0.2, base + 0.01, base + 0.05)
+                    (task, importance, method, layer), (base + OFFSET, 0.2, base + 0.01, base + 0.05)
                 )
-                block[f"L{layer}"] = {
-                    "mean": mean,
-                    "std": std,
-                    "ci_low": lo,
-                    "ci_high": hi,
-                    "n": N,
-                    "n_undefined": 0,
-                }
-    return out
-
-
-def per_head() -> dict:
-    """Two heads: flow@h0 = 0.1·layer, flow@h1 = -0.1·layer."""
-    return {
-        "blank_out": {
-            f"flow@h{h}": {f"L{k}": {"mean": (0.1 if h == 0 else -0.1) * k, "std": 0.1} for k in range(1, 7)}
+                rows.append(_row(task, importance, method, None, layer, mean, std, lo, hi))
+    if task == "agreement":  # flow head 0 = 0.1 * layer, head 1 = -0.1 * layer
+        rows += [
+            _row(task, "blank_out", "flow", h, k, (0.1 if h == 0 else -0.1) * k, 0.1)
             for h in range(2)
-        }
-    }
+            for k in range(1, 7)
+        ]
+    return pd.DataFrame(rows).astype({"head": "Int64"})
+
+
+def _row(task, importance, method, head, layer, mean, std, lo=float("nan"), hi=float("nan")) -> dict:
+    return dict(task=task, importance=importance, method=method, head=head, layer=layer, variant="configured",
+                mean=mean, std=std, ci_low=lo, ci_high=hi, n=N, n_undefined=0)  # fmt: skip
 
 
 SAMPLES = {
@@ -73,14 +66,12 @@ SAMPLES = {
 
 
 def write_stage_outputs(root: Path, tasks=("agreement", "sst2"), *, with_train: bool = True) -> None:
-    """reports/<task>/{correlations,correlations_per_head,train_metrics,data_summary}.json, samples, maps."""
+    """reports/<task>/correlations.parquet, train_metrics.json, data_summary.json; samples and maps."""
     rng = np.random.default_rng(0)
     for task in tasks:
         rep = root / "reports" / task
         rep.mkdir(parents=True, exist_ok=True)
-        (rep / "correlations.json").write_text(json.dumps(correlations(task)))
-        if task == "agreement":
-            (rep / "correlations_per_head.json").write_text(json.dumps(per_head()))
+        correlations(task).to_parquet(rep / "correlations.parquet", index=False)
         if with_train:
             metrics = {
                 "task": task,
@@ -123,7 +114,7 @@ def write_stage_outputs(root: Path, tasks=("agreement", "sst2"), *, with_train: 
                 m = rng.random((6, len(t)))
                 arrays.append(m / m.sum(axis=1, keepdims=True))  # (L, T), rows sum to 1
             maps[method] = arrays
-        save_ragged(root / "outputs" / "explain" / task / "maps.safetensors", maps)
+        save_ragged(root / "outputs" / "explain" / task / "maps.safetensors", maps, ids=frame["sample_id"])
 
 
 @pytest.fixture()
@@ -137,3 +128,13 @@ def stage_outputs(tmp_path) -> Path:
 def make_stage_outputs():
     """``make_stage_outputs(root, tasks=..., with_train=...)``: the writer, for partial set-ups."""
     return write_stage_outputs
+
+
+def study_paths(root: Path) -> StudyPaths:
+    """The default layout below ``root`` (as conf/paths/default.yaml)."""
+    import yaml
+
+    conf = yaml.safe_load(
+        (Path(__file__).resolve().parents[3] / "conf" / "paths" / "default.yaml").read_text()
+    )
+    return StudyPaths.from_config(conf, root=root)

@@ -9,26 +9,23 @@ import pandas as pd
 import pytest
 
 from attnflow.report import build_report
-from attnflow.report.aggregate import sweep_payload
 from attnflow.report.paper import TABLES
+from tests.unit.report.conftest import correlations, study_paths
 
 EXAMPLES = ["the article on NNP large systems", "here the NNS differ in that the female"]
 CONFIG = {
     "study": "s",
     "seed": 0,
-    "explain": {"residual": 0.5, "heads": "mean", "rows": {"agreement": "cls", "sst2": "max"}},
+    "explain": {"residual": 0.5, "heads": "mean"},
+    "task": {"agreement": {"rows": "cls"}, "sst2": {"rows": "max", "capture": {"split": "dev"}}},
     "attribution": {"blank_token": "unk", "gradient_reduction": "abs_sum"},
     "correlate": {"spearman": "average", "undefined": "zero", "include_cls": {"blank_out": False}},
-    "capture": {"sst2": {"split": "dev"}},
 }
 
 
-def _build(root, tasks=("agreement", "sst2"), **kw):
-    kw.setdefault("examples", EXAMPLES)
-    kw.setdefault("n_examples", 2)
-    return build_report(
-        tasks=list(tasks), reports=root / "reports", outputs=root / "outputs", config=CONFIG, **kw
-    )
+def _build(root, tasks=("agreement", "sst2"), examples=EXAMPLES, n_examples=2):
+    config = {**CONFIG, "report": {"examples": examples, "n_examples": n_examples}}
+    return build_report(tasks=list(tasks), paths=study_paths(root), config=config)
 
 
 @pytest.fixture(scope="module")
@@ -36,13 +33,13 @@ def built(tmp_path_factory, make_stage_outputs):
     """One report over both tasks, shared by the read-only tests (figures are the slow part)."""
     root = tmp_path_factory.mktemp("built")
     make_stage_outputs(root)
-    prepared = root / "prepared" / "agreement"
+    prepared = root / "data" / "prepared" / "agreement"
     prepared.mkdir(parents=True)
     pd.DataFrame({"text": ["a b", "here the NNS differ in that the female"]}).to_parquet(
         prepared / "train.parquet"
     )
     pd.DataFrame({"text": ["c d"]}).to_parquet(prepared / "test.parquet")
-    return root, _build(root, prepared=root / "prepared")
+    return root, _build(root)
 
 
 def _table(md: str, number: int) -> list[str]:
@@ -145,10 +142,18 @@ def test_seed_aggregate_section_and_stale_figures_removed(tmp_path, make_stage_o
     stale = tmp_path / "reports" / "figures" / "maps_agreement_sample_999.png"  # from an earlier run
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"old")
-    runs = [{"blank_out": {"flow": {"L3": {"mean": m}}}} for m in (0.6, 0.8)]
-    path = tmp_path / "reports" / "sweep" / "aggregate.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(sweep_payload({"agreement": runs}, seeds=[0, 1])))
+    jobs = [correlations("agreement").assign(seed=seed, job=str(seed)) for seed in (0, 1)]
+    jobs[0].loc[
+        (jobs[0]["method"] == "flow") & (jobs[0]["layer"] == 3) & (jobs[0]["importance"] == "blank_out"),
+        "mean",
+    ] = 0.6
+    jobs[1].loc[
+        (jobs[1]["method"] == "flow") & (jobs[1]["layer"] == 3) & (jobs[1]["importance"] == "blank_out"),
+        "mean",
+    ] = 0.8
+    sweep = study_paths(tmp_path).sweep
+    sweep.parent.mkdir(parents=True)
+    pd.concat(jobs).to_csv(sweep, index=False)
     md = _build(tmp_path, tasks=("agreement",), examples=[], n_examples=0).markdown
     assert not stale.exists()
     rows = md.split("## Seeds", 1)[1].splitlines()
@@ -156,4 +161,4 @@ def test_seed_aggregate_section_and_stale_figures_removed(tmp_path, make_stage_o
     flow = next(r for r in rows if r.startswith("| Flow (seeds) |"))
     assert "0.70 ± 0.14 [0.60, 0.80] n=2" in flow
     delta = next(r for r in rows if r.startswith("| Flow Δ |"))
-    assert [c.strip() for c in delta.strip("|").split("|")][1:4] == ["n/a", "n/a", "+0.00"]
+    assert [c.strip() for c in delta.strip("|").split("|")][3] == "+0.00"

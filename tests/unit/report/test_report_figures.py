@@ -8,7 +8,6 @@ import pytest
 from matplotlib.collections import LineCollection
 
 from attnflow.report.figures import (
-    mixed_attention,
     plot_attention_graph,
     plot_curves,
     plot_head_correlations,
@@ -19,18 +18,6 @@ from attnflow.report.inputs import find_examples
 
 # 1 layer, 1 head, 2 tokens: W = [[1, 0], [.5, .5]]
 W = np.array([[[[1.0, 0.0], [0.5, 0.5]]]])
-
-
-def test_mixed_attention_is_half_attention_half_identity():
-    # A = 0.5 W + 0.5 I = [[1, 0], [.25, .75]] (rows already sum to 1)
-    np.testing.assert_allclose(mixed_attention(W)[0], [[1.0, 0.0], [0.25, 0.75]])
-    # two heads are averaged first: mean of W and its "transpose-like" head [[0, 1], [1, 0]]
-    two = np.concatenate([W, np.array([[[[0.0, 1.0], [1.0, 0.0]]]])], axis=1)  # (1, 2, 2, 2)
-    # mean_h = [[.5, .5], [.75, .25]]; A = 0.5 mean_h + 0.5 I = [[.75, .25], [.375, .625]]
-    np.testing.assert_allclose(mixed_attention(two)[0], [[0.75, 0.25], [0.375, 0.625]])
-    before = W.copy()
-    mixed_attention(W, residual=0.0)
-    np.testing.assert_array_equal(W, before)  # input untouched
 
 
 def test_attention_graph_draws_one_edge_per_weight_with_alpha_by_weight():
@@ -51,11 +38,25 @@ def test_maps_need_one_value_per_token(tmp_path):
 
 
 def test_head_figure_only_with_head_data_and_curves_without_paper():
-    assert plot_head_correlations({}) is None
-    assert plot_head_correlations({"blank_out": {"flow": {"L1": {"mean": 0.1}}}}) is None  # not "<m>@h<k>"
-    fig = plot_head_correlations({"blank_out": {"flow@h1": {"L2": {"mean": 0.5}}}})
+    assert plot_head_correlations(None) is None
+    assert (
+        plot_head_correlations(pd.DataFrame(columns=["importance", "method", "head", "layer", "mean"]))
+        is None
+    )
+    heads = pd.DataFrame(
+        {"importance": ["blank_out"], "method": ["flow"], "head": [1], "layer": [2], "mean": [0.5]}
+    )
+    fig = plot_head_correlations(heads)
     assert fig is not None and len(fig.axes) == 2  # one panel + colorbar
-    ours = {"flow": {"L1": {"mean": 0.2, "ci_low": 0.1, "ci_high": 0.3}, "L2": {"mean": 0.4}}}
+    ours = pd.DataFrame(
+        {
+            "method": ["flow", "flow"],
+            "layer": [1, 2],
+            "mean": [0.2, 0.4],
+            "ci_low": [0.1, None],
+            "ci_high": [0.3, None],
+        }
+    )
     assert len(plot_curves(ours).axes[0].lines) == 2  # the curve and the zero line
 
 

@@ -13,7 +13,7 @@ def test_stage_logs_cells_and_artifacts(tmp_path, monkeypatch, make_stage_output
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     make_stage_outputs(tmp_path, tasks=("agreement",))
-    overrides = ["tasks=[agreement]", "paths.reports=reports", "paths.outputs=outputs", "report.n_examples=1"]
+    overrides = ["tasks=[agreement]", "report.n_examples=1"]
     cfg = _config.compose(overrides)
     report_stage.run(cfg)
     client = mlflow.MlflowClient(uri)

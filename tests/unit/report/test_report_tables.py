@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
+from attnflow.report.frames import comparison_frame
 from attnflow.report.paper import TABLES
 from attnflow.report.tables import (
     MARK_FAR,
@@ -39,13 +41,23 @@ def test_mean_std_format():
     assert fmt_mean_std(None, 0.3) == "n/a"
 
 
+def _ours(task: str, importance: str, cells: dict) -> pd.DataFrame:
+    """A correlation table holding only ``{(method, layer): (mean, std, ci_low, ci_high)}``."""
+    rows = [
+        dict(task=task, importance=importance, method=m, head=pd.NA, layer=k, variant="configured",
+             mean=v[0], std=v[1], ci_low=v[2], ci_high=v[3], n=2000, n_undefined=0)
+        for (m, k), v in cells.items()
+    ]  # fmt: skip
+    return pd.DataFrame(rows).astype({"head": "Int64"})
+
+
 def test_comparison_cells_by_hand():
-    table1 = TABLES[0]
-    ours = {
-        "raw": {"L1": {"mean": 0.59, "std": 0.30, "ci_low": 0.57, "ci_high": 0.61, "n": 2000}},
-        "flow": {"L3": {"mean": 0.71, "std": 0.25, "ci_low": 0.69, "ci_high": 0.73, "n": 2000}},
-    }
-    cells = {(c.explainer, c.layer): c for c in comparison_cells(table1, ours)}
+    ours = _ours(
+        "agreement",
+        "blank_out",
+        {("raw", 1): (0.59, 0.30, 0.57, 0.61), ("flow", 3): (0.71, 0.25, 0.69, 0.73)},
+    )
+    cells = {(c.explainer, c.layer): c for c in comparison_cells(comparison_frame({"agreement": ours}), 1)}
     assert len(cells) == 18  # 3 methods x 6 layers, ours or not
     raw1 = cells[("raw", 1)]  # paper 0.69 ± 0.27
     assert raw1.delta == pytest.approx(0.59 - 0.69)
@@ -58,8 +70,8 @@ def test_comparison_cells_by_hand():
 
 def test_comparison_grid_keeps_the_papers_layout():
     table3 = TABLES[2]
-    ours = {"raw": {"L6": {"mean": 0.6, "std": 0.2, "ci_low": 0.58, "ci_high": 0.62}}}
-    grid = comparison_grid(table3, comparison_cells(table3, ours))
+    ours = _ours("sst2", "input_gradients", {("raw", 6): (0.6, 0.2, 0.58, 0.62)})
+    grid = comparison_grid(table3, comparison_cells(comparison_frame({"sst2": ours}), 3))
     assert grid.header == ["vs input gradients", "L1", "L3", "L5", "L6"]
     assert [r[0] for r in grid.rows] == [
         "Raw (ours)", "Raw (paper)", "Raw Δ",

@@ -1,0 +1,107 @@
+"""Importance scores of many ragged samples: what the study's ``attribute`` stage computes.
+
+Samples of similar length are padded into batches; every method of ``ATTRIBUTIONS`` is called the
+same way, ``fn(model, input_ids, attention_mask, labels=labels, **options[method])``, and each
+sample's scores are cut back to its own length (float64).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnflow.batches import length_batches, pad_batch
+
+__all__ = ["attribute_samples", "method_options"]
+
+
+def attribute_samples(
+    model: Any,
+    input_ids: Sequence[Sequence[int]],
+    labels: Sequence[int],
+    *,
+    options: Mapping[str, Mapping[str, Any]],
+    pad_id: int,
+    batch_size: int = 256,
+    device: str | torch.device = "cpu",
+    progress: bool = False,
+) -> dict[str, list[np.ndarray]]:
+    """``{method: [(T_i,) scores]}`` for every method named in ``options`` (its keyword arguments).
+
+    >>> def model(input_ids, attention_mask):  # logit 0 = number of id-5 tokens
+    ...     n = ((input_ids == 5) & attention_mask.bool()).sum(-1).float()
+    ...     return torch.stack([n, torch.zeros_like(n)], dim=-1)
+    >>> out = attribute_samples(model, [[2, 5], [2, 5, 7]], [0, 0], pad_id=0,
+    ...                         options={"blank_out": {"score": "logit"}})
+    >>> [s.tolist() for s in out["blank_out"]]
+    [[0.0, 1.0], [0.0, 1.0, 0.0]]
+    """
+    from tqdm.auto import tqdm
+
+    from . import ATTRIBUTIONS
+
+    if unknown := sorted(set(options) - set(ATTRIBUTIONS)):
+        raise ValueError(f"unknown importance score(s) {unknown}; known: {sorted(ATTRIBUTIONS)}")
+    rows = [np.asarray(r) for r in input_ids]
+    if not rows:
+        raise ValueError("no samples to attribute")
+    labels_all = np.asarray(labels)
+    scores: dict[str, list[Any]] = {m: [None] * len(rows) for m in options}
+    for idx in tqdm(
+        length_batches([len(r) for r in rows], batch_size),
+        desc="attribute",
+        leave=False,
+        disable=not progress,
+    ):
+        ids, mask = pad_batch([rows[i] for i in idx], pad_id)
+        ids, mask = ids.to(device), mask.to(device)
+        batch_labels = torch.as_tensor(labels_all[idx], dtype=torch.long, device=device)
+        for method, kwargs in options.items():
+            values = ATTRIBUTIONS[method](model, ids, mask, labels=batch_labels, **kwargs)  # (B, T)
+            for row, i in enumerate(idx):
+                scores[method][i] = values[row, : len(rows[i])].detach().double().cpu().numpy()
+    return scores
+
+
+def method_options(
+    methods: Sequence[str],
+    encoder: Any,
+    *,
+    blank_token: str = "pad",
+    mask_blank: bool = True,
+    blank_target: str = "predicted",
+    blank_score: str = "prob",
+    gradient_target: str = "p0_minus_p1",
+    gradient_class: str | int = "predicted",
+    gradient_reduction: str = "abs_sum",
+    batch_size: int = 256,
+) -> dict[str, dict[str, Any]]:
+    """Keyword arguments of each importance score in ``methods``, from the study's settings (the
+    ``attribution`` config group and ``task.<name>.gradient_*``; the names are the config keys).
+
+    ``blank_token`` names one of the encoder's special ids (pad / unk / mask); a PAD blank is also
+    masked out of attention when ``mask_blank`` (the authors' ``ids != pad`` mask).
+    """
+    blank_ids = {"pad": encoder.pad_id, "unk": encoder.unk_id, "mask": encoder.mask_id}
+    if blank_token not in blank_ids:
+        raise ValueError(f"blank_token must be one of {sorted(blank_ids)}, got {blank_token!r}")
+    every = {
+        "blank_out": dict(
+            blank_id=blank_ids[blank_token],
+            pad_id=encoder.pad_id,
+            mask_blank=mask_blank and blank_token == "pad",
+            target=blank_target,
+            score=blank_score,
+        ),
+        "input_gradients": dict(
+            target=gradient_target,
+            target_class=int(gradient_class) if str(gradient_class).isdigit() else gradient_class,
+            reduction=gradient_reduction,
+        ),
+    }
+    if unknown := sorted(set(methods) - set(every)):
+        raise ValueError(f"unknown importance score(s) {unknown}; known: {sorted(every)}")
+    return {m: {**every[m], "batch_size": batch_size} for m in methods}

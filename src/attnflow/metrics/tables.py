@@ -1,0 +1,141 @@
+"""The study's results contract: one long, tidy correlation table per task, and what derives from it.
+
+Columns of :func:`correlation_frame` (one row per cell):
+
+    task, importance, method, head (<NA> = all heads), layer (1-based int), variant,
+    mean, std, ci_low, ci_high, n, n_undefined
+
+``variant`` is ``"configured"`` for the study's own settings, else the name of a re-scoring under
+another Spearman formula / CLS rule (:data:`SENSITIVITY`). DVC metrics, the per-layer curves, the
+report's tables and the seed aggregate are all filters, pivots or group-bys of this table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .correlation_table import correlation_table
+
+__all__ = [
+    "COLUMNS",
+    "CONFIGURED",
+    "SENSITIVITY",
+    "configured",
+    "correlation_frame",
+    "curves_frame",
+    "metrics_tree",
+    "sensitivity_frame",
+]
+
+COLUMNS = (
+    "task", "importance", "method", "head", "layer", "variant",
+    "mean", "std", "ci_low", "ci_high", "n", "n_undefined",
+)  # fmt: skip
+CONFIGURED = "configured"
+
+# The correlation's own hidden choices, re-scored without bootstrap (the report's sensitivity
+# section): the Spearman formula x which positions are ranked. "authors" = CLS out for blank-out,
+# in for gradients (their code); "all in" / "all out" apply one rule to every importance score.
+CLS_RULES: dict[str, bool | None] = {"authors": None, "all in": False, "all out": True}
+SENSITIVITY: dict[str, tuple[str, bool | None]] = {
+    f"spearman={method}, CLS {label}": (method, drop)
+    for method in ("average", "dense_noties")
+    for label, drop in CLS_RULES.items()
+}
+
+
+def _frame(rows: list[dict[str, Any]], *, task: str, variant: str, head: int | None = None) -> pd.DataFrame:
+    df = pd.DataFrame(rows).rename(columns={"explainer": "method"})
+    df = df.assign(task=task, variant=variant, head=pd.array([head] * len(df), dtype="Int64"))
+    return df[list(COLUMNS)]
+
+
+def correlation_frame(
+    maps: Mapping[str, Sequence[np.ndarray]],
+    importance: Mapping[str, Sequence[np.ndarray]],
+    *,
+    task: str,
+    head_maps: Mapping[str, Sequence[np.ndarray]] | None = None,
+    exclude: Mapping[str, Sequence[int]] | None = None,
+    method: str = "average",
+    undefined: str = "zero",
+    n_boot: int = 1000,
+    ci: float = 0.95,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """The configured cells: every method x importance x layer with a bootstrap CI, then per head.
+
+    ``maps[m]``: per-sample (L, T_i) rows; ``head_maps[m]``: per-sample (L, H, T_i), correlated
+    head by head without bootstrap (head is 0-based). Other arguments as ``correlation_table``.
+
+    >>> maps = {"raw": [np.array([[0.5, 0.3, 0.2]]), np.array([[0.6, 0.1, 0.3]])]}
+    >>> imp = {"blank_out": [np.array([0.0, 2.0, 1.0]), np.array([0.0, 1.0, 2.0])]}
+    >>> correlation_frame(maps, imp, task="t", n_boot=0)[["method", "layer", "mean"]].to_dict("records")
+    [{'method': 'raw', 'layer': 1, 'mean': 1.0}]
+    """
+    options = dict(exclude=exclude, method=method, undefined=undefined, ci=ci, seed=seed)
+    parts = [
+        _frame(correlation_table(maps, importance, n_boot=n_boot, **options), task=task, variant=CONFIGURED)
+    ]
+    for name, per_sample in (head_maps or {}).items():
+        for h in range(per_sample[0].shape[1]):
+            rows = correlation_table({name: [a[:, h] for a in per_sample]}, importance, n_boot=0, **options)
+            parts.append(_frame(rows, task=task, variant=CONFIGURED, head=h))
+    return pd.concat(parts, ignore_index=True)
+
+
+def sensitivity_frame(
+    maps: Mapping[str, Sequence[np.ndarray]],
+    importance: Mapping[str, Sequence[np.ndarray]],
+    *,
+    task: str,
+    undefined: str = "zero",
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Every variant of :data:`SENSITIVITY`, means without bootstrap (all heads)."""
+    parts = []
+    for variant, (method, drop) in SENSITIVITY.items():
+        exclude = {
+            k: ((0,) if k == "blank_out" else ()) if drop is None else ((0,) if drop else ())
+            for k in importance
+        }
+        rows = correlation_table(
+            maps, importance, exclude=exclude, method=method, undefined=undefined, n_boot=0, seed=seed
+        )
+        parts.append(_frame(rows, task=task, variant=variant))
+    return pd.concat(parts, ignore_index=True)
+
+
+def configured(table: pd.DataFrame) -> pd.DataFrame:
+    """The configured, all-heads rows."""
+    return table[(table["variant"] == CONFIGURED) & table["head"].isna()]
+
+
+def metrics_tree(table: pd.DataFrame) -> dict[str, Any]:
+    """``{importance: {method: {"L<k>": {mean, std, ...}}}}`` of the configured all-heads cells
+    (the layout ``dvc metrics show`` prints; nothing reads it back)."""
+    out: dict[str, Any] = {}
+    stats = ("mean", "std", "ci_low", "ci_high", "n", "n_undefined")
+    for r in configured(table).itertuples(index=False):
+        cell = out.setdefault(r.importance, {}).setdefault(r.method, {})
+        cell[f"L{r.layer}"] = {k: _plain(getattr(r, k)) for k in stats}
+    return out
+
+
+def curves_frame(table: pd.DataFrame, importance: str) -> pd.DataFrame:
+    """Mean correlation per layer, one column per method, for one importance score (a DVC plot)."""
+    rows = configured(table)
+    rows = rows[rows["importance"] == importance]
+    wide = rows.pivot(index="layer", columns="method", values="mean").round(6)
+    return wide[list(dict.fromkeys(rows["method"]))].reset_index()
+
+
+def _plain(x: Any) -> Any:
+    """numpy / pandas scalars to Python numbers (nan kept; the JSON writer makes it null)."""
+    if x is pd.NA or x is None:
+        return None
+    return int(x) if isinstance(x, np.integer | int) and not isinstance(x, bool) else float(x)

@@ -1,0 +1,94 @@
+"""The study's on-disk layout, declared once: stage folders come from ``conf/paths``, file names here.
+
+Stages, the report, the notebook and the tests all ask :class:`StudyPaths` where a file is;
+``dvc.yaml`` names the same stage folders through ``${paths.<stage>}``.
+
+>>> p = StudyPaths.from_config({"raw": "data/raw", "prepared": "data/prepared", "models": "models",
+...     "capture": "outputs/capture", "explain": "outputs/explain", "attribute": "outputs/attribute",
+...     "reports": "reports"})
+>>> p.samples("agreement").as_posix(), p.model("sst2").as_posix()
+('outputs/capture/agreement/samples.parquet', 'models/sst2/model')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+__all__ = ["StudyPaths"]
+
+
+@dataclass(frozen=True)
+class StudyPaths:
+    raw: Path
+    prepared: Path
+    models: Path
+    capture: Path
+    explain: Path
+    attribute: Path
+    reports: Path
+
+    @classmethod
+    def from_config(cls, paths: Mapping[str, Any], root: str | Path = ".") -> StudyPaths:
+        """From the ``paths`` config node (relative paths are taken from ``root``)."""
+        return cls(**{f.name: Path(root) / str(paths[f.name]) for f in fields(cls)})
+
+    # download / prepare / train
+    def raw_data(self, task: str) -> Path:
+        return self.raw / task
+
+    def prepared_data(self, task: str) -> Path:
+        return self.prepared / task
+
+    def model_dir(self, task: str) -> Path:
+        """Checkpoints (best.ckpt, last.ckpt), metrics.json, curve.* of the train stage."""
+        return self.models / task
+
+    def model(self, task: str) -> Path:
+        """The exported, pickle-free model folder that later stages load."""
+        return self.models / task / "model"
+
+    # capture / explain / attribute
+    def samples(self, task: str) -> Path:
+        return self.capture / task / "samples.parquet"
+
+    def attentions(self, task: str) -> Path:
+        return self.capture / task / "attentions.safetensors"
+
+    def maps(self, task: str) -> Path:
+        return self.explain / task / "maps.safetensors"
+
+    def importance(self, task: str) -> Path:
+        return self.attribute / task / "importance.safetensors"
+
+    # reports (tracked by git)
+    def task_reports(self, task: str) -> Path:
+        return self.reports / task
+
+    def data_summary(self, task: str) -> Path:
+        return self.reports / task / "data_summary.json"
+
+    def train_metrics(self, task: str) -> Path:
+        return self.reports / task / "train_metrics.json"
+
+    def correlations(self, task: str) -> Path:
+        """The results contract: one tidy row per (importance, method, head, layer, variant)."""
+        return self.reports / task / "correlations.parquet"
+
+    def correlations_metrics(self, task: str) -> Path:
+        """The configured variant's means as DVC metrics (derived from the table)."""
+        return self.reports / task / "correlations.json"
+
+    def curves(self, task: str) -> Path:
+        return self.reports / task / "curves"
+
+    @property
+    def sweep(self) -> Path:
+        """Seed sweeps: every finished job's correlation table, stacked (``pipelines.study``)."""
+        return self.reports / "sweep" / "correlations.csv"
+
+    @property
+    def sweep_jobs(self) -> Path:
+        return self.reports / "sweep" / "jobs.json"

@@ -1,0 +1,53 @@
+"""What every report section reads and writes: the loaded inputs, the config, the blocks and figures."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from attnflow.paths import StudyPaths
+
+from . import figures
+from .document import Block, Image
+from .inputs import TaskInputs
+
+__all__ = ["FIGURES", "Context", "get"]
+
+FIGURES = "figures"  # below the reports folder
+
+
+def get(tree: Mapping[str, Any], dotted: str) -> Any:
+    """``tree["a"]["b"]`` for ``"a.b"``; None when any part is missing."""
+    node: Any = tree
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+@dataclass
+class Context:
+    paths: StudyPaths
+    inputs: dict[str, TaskInputs]
+    config: Mapping[str, Any]
+    comparison: pd.DataFrame  # frames.comparison_frame: every published cell, ours beside it
+    sweep: pd.DataFrame | None = None  # stacked job tables of a seed sweep, column "seed"
+    blocks: list[Block] = field(default_factory=list)
+    figures: list[Path] = field(default_factory=list)
+
+    def add(self, *blocks: Block) -> None:
+        self.blocks.extend(blocks)
+
+    def figure(self, fig: Any, name: str, alt: str, caption: str = "") -> None:
+        self.figures.append(figures.save_figure(fig, self.paths.reports / FIGURES / name))
+        self.add(Image(f"{FIGURES}/{name}", alt, caption))
+
+    def labels(self, task: str) -> tuple[str, ...]:
+        from attnflow.tasks import TASKS
+
+        return TASKS[task].labels if task in TASKS else ()

@@ -1,0 +1,17 @@
+"""The report's sections, in order: each ``section(ctx)`` adds its blocks to the context."""
+
+from . import accuracy, curves, findings, heads, maps, overview, paper_tables, seeds, sensitivity
+
+SECTIONS = (
+    overview.section,
+    accuracy.section,
+    paper_tables.section,
+    sensitivity.section,
+    curves.section,
+    heads.section,
+    maps.section,
+    seeds.section,
+    findings.section,
+)
+
+__all__ = ["SECTIONS"]

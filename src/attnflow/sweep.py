@@ -1,0 +1,75 @@
+"""Seed sweeps: stack the correlation tables of a sweep's jobs into one table, and say which failed.
+
+A sweep (``python -m pipelines.study -m seed=0,1,2``) runs each job in its own folder
+``<sweep>/<job number>/`` with its ``params.yaml`` and the same layout as ``dvc repro``. A job is
+*finished* when every task's correlation table exists; a failed job left ``error.txt``. The stacked
+table (one row per job and cell, columns of the correlation table plus ``seed`` and ``job``) goes to
+``reports/sweep/correlations.csv``; the report groups it by cell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from attnflow.io import read_parquet, write_json, write_text
+from attnflow.paths import StudyPaths
+
+__all__ = ["stack_jobs"]
+
+
+def _last_line(path: Path) -> str:
+    lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "failed (no message)"
+
+
+def stack_jobs(
+    sweep_dir: Path,
+    paths: Mapping[str, Any],
+    tasks: Sequence[str],
+    out: StudyPaths,
+    *,
+    error_file: str = "error.txt",
+) -> dict[str, Any]:
+    """Write ``out.sweep`` (stacked tables of the finished jobs) and ``out.sweep_jobs`` (every job:
+    seed, overrides, status, error); return the latter's content."""
+    import yaml
+
+    jobs = sorted(
+        (p for p in Path(sweep_dir).iterdir() if (p / "params.yaml").is_file()),
+        key=lambda p: (len(p.name), p.name),
+    )
+    records, tables = [], []
+    for job in jobs:
+        params = yaml.safe_load((job / "params.yaml").read_text(encoding="utf-8"))
+        job_paths = StudyPaths.from_config(paths, root=job)
+        overrides = job / ".hydra" / "overrides.yaml"
+        record = {
+            "job": job.name,
+            "seed": params.get("seed"),
+            "overrides": " ".join(yaml.safe_load(overrides.read_text())) if overrides.is_file() else "",
+        }
+        done = all(job_paths.correlations(t).is_file() for t in tasks)
+        if (job / error_file).is_file():
+            record.update(status="failed", error=_last_line(job / error_file))
+        elif not done:
+            record.update(status="incomplete", error="no correlation table for every task")
+        else:
+            record["status"] = "finished"
+            tables += [
+                read_parquet(job_paths.correlations(t)).assign(seed=params.get("seed"), job=job.name)
+                for t in tasks
+            ]
+        records.append(record)
+    payload = {
+        "jobs": records,
+        "failed": [r for r in records if r["status"] != "finished"],
+        "seeds": sorted(r["seed"] for r in records if r["status"] == "finished"),
+    }
+    stacked = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+    write_text(out.sweep, stacked.to_csv(index=False))
+    write_json(out.sweep_jobs, payload)
+    return payload

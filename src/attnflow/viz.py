@@ -1,0 +1,525 @@
+"""Pictures people can read: a terminal token table, a PNG heatmap and a self-contained HTML page.
+
+Every renderer takes plain data -- token labels along the columns, one matrix [row, column] per
+method -- so one verb draws [layer x token] maps (`attnflow explain`) and another can draw a
+[generated token x prompt token] matrix with the same functions (`row_name` names the rows).
+No torch here; matplotlib is imported only by the PNG writer (Agg canvas, no pyplot state).
+
+An HTML item (one input) is a mapping:
+
+    {"title": str, "subtitle": str (optional), "columns": [token, ...], "rows": [row label, ...],
+     "maps": {method: [[float] * len(columns)] * len(rows)}, "row": default row index (optional),
+     "method": default method (optional), "muted": [column index, ...] (optional: special tokens,
+     left out of the shading scale unless the reader unticks the box)}
+
+>>> print(token_table(["[CLS]", "good", "movie"], {"flow": [0.2, 0.6, 0.2]}, bar_width=6))
+  #  token  flow
+  0  [CLS]  0.200 ██
+  1  good   0.600 ██████
+  2  movie  0.200 ██
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+import tempfile
+import unicodedata
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "atomic_write",
+    "heatmap_figure",
+    "html_page",
+    "score_bar",
+    "token_table",
+    "write_html",
+    "write_png",
+]
+
+# Eighths of a block, for bars with sub-character resolution.
+_BLOCKS = " ▏▎▍▌▋▊▉█"
+# Scores are rounded to this many decimals in the HTML page (keeps 1,000-input pages small).
+HTML_DECIMALS = 5
+# Shading colour of the HTML page and the PNG colour map.
+_RGB = (214, 39, 40)
+PNG_CMAP = "Reds"
+# Cells of muted columns (special tokens) in the PNG, RGBA.
+MUTED_RGBA = (0.88, 0.88, 0.88, 1.0)
+# Write values into the PNG cells up to this many columns.
+ANNOTATE_MAX_COLUMNS = 40
+
+
+def atomic_write(path: str | Path, data: bytes | str) -> Path:
+    """Write `data` to `path` through a temporary file in the same folder and a rename.
+
+    A crash never leaves a half-written file; the file gets the usual umask mode.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+# --------------------------------------------------------------------------------------------------
+# Terminal
+# --------------------------------------------------------------------------------------------------
+
+
+def score_bar(score: float, vmax: float, width: int) -> str:
+    """A bar of █ (and one partial block) of length width * score / vmax; empty for score <= 0.
+
+    >>> score_bar(0.5, 1.0, 4), score_bar(0.3, 1.0, 4)
+    ('██', '█▎')
+    """
+    if not (vmax > 0) or not (score > 0) or not math.isfinite(score):
+        return ""
+    eighths = round(min(score / vmax, 1.0) * width * 8)
+    full, part = divmod(eighths, 8)
+    return "█" * full + (_BLOCKS[part] if part else "")
+
+
+def _display_width(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _printable(token: str, limit: int = 24) -> str:
+    """A token safe for one terminal cell: control characters shown, long tokens cut."""
+    text = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in token) or "␣"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def token_table(
+    tokens: Sequence[str],
+    scores: Mapping[str, Sequence[float]],
+    *,
+    bar_width: int | None = None,
+    title: str | None = None,
+    muted: Sequence[int] = (),
+) -> str:
+    """A text table: index, token, then per method the score and a bar (scaled to that method's max).
+
+    bar_width defaults to 30 for one method and 12 per method otherwise. muted rows (e.g. [CLS] /
+    [SEP], which often take most of the mass) are left out of the bar scale and drawn with ░,
+    clipped at the width, so the other tokens' bars stay readable.
+    """
+    methods = list(scores)
+    columns = [np.asarray(scores[m], dtype=np.float64) for m in methods]
+    for m, col in zip(methods, columns, strict=True):
+        if col.shape != (len(tokens),):
+            raise ValueError(
+                f"scores[{m!r}] has shape {col.shape}, expected ({len(tokens)},) (one per token)"
+            )
+    if bar_width is None:
+        bar_width = 30 if len(methods) == 1 else 12
+    labels = [_printable(t) for t in tokens]
+    tok_w = max([_display_width(t) for t in labels] + [len("token")])
+    idx_w = max(len(str(len(tokens) - 1)), 1) + 2
+    cell_w = 6 + bar_width  # "0.123 " + bar
+    quiet = np.zeros(len(tokens), dtype=bool)
+    quiet[[i for i in muted if 0 <= i < len(tokens)]] = True
+    vmax = [float(np.nanmax(col[~quiet])) if (~quiet).any() else 0.0 for col in columns]
+    lines = [] if title is None else [title]
+    head = f"{'#':>{idx_w}}  {'token':<{tok_w}}"
+    head += "".join(f"  {m:<{cell_w}}" for m in methods)
+    lines.append(head.rstrip())
+    for i, label in enumerate(labels):
+        row = f"{i:>{idx_w}}  {label}{' ' * (tok_w - _display_width(label))}"
+        for col, top in zip(columns, vmax, strict=True):
+            bar = score_bar(col[i], top, bar_width)
+            if quiet[i]:
+                bar = "░" * len(bar)
+            cell = f"{col[i]:.3f} {bar}"
+            row += f"  {cell:<{cell_w}}"
+        lines.append(row.rstrip())
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# PNG
+# --------------------------------------------------------------------------------------------------
+
+
+def heatmap_figure(
+    matrices: Mapping[str, Any],
+    *,
+    columns: Sequence[str],
+    rows: Sequence[str],
+    title: str | None = None,
+    row_name: str = "layer",
+    column_name: str = "token",
+    scale: str = "panel",
+    muted_columns: Sequence[int] = (),
+    annotate: bool | None = None,
+) -> Any:
+    """A matplotlib Figure (Agg canvas, no pyplot): one heatmap [row, column] per method, stacked.
+
+    scale="row": each row is shaded relative to its own largest value (which token matters most
+    in that layer / for that generated token); scale="panel": one 0..max scale per method, with a
+    colour bar. muted_columns (e.g. [CLS] / [SEP], which often take most of the mass) are drawn
+    grey and left out of the shading scale. annotate writes each value in percent into its cell
+    (default: when there are at most ANNOTATE_MAX_COLUMNS columns).
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    if not matrices:
+        raise ValueError("no matrices to draw")
+    if scale not in ("row", "panel"):
+        raise ValueError(f"scale must be 'row' or 'panel', got {scale!r}")
+    mats = {m: np.asarray(v, dtype=np.float64) for m, v in matrices.items()}
+    for m, v in mats.items():
+        if v.shape != (len(rows), len(columns)):
+            raise ValueError(f"matrix {m!r} has shape {v.shape}, expected ({len(rows)}, {len(columns)})")
+    muted = np.zeros(len(columns), dtype=bool)
+    muted[[c for c in muted_columns if 0 <= c < len(columns)]] = True
+    if annotate is None:
+        annotate = len(columns) <= ANNOTATE_MAX_COLUMNS
+    labels = [_printable(t, 20) for t in columns]
+    longest = max((len(t) for t in labels), default=1)
+    cell = 0.42 if annotate else 0.3  # inches per cell: room for "12" and a rotated label
+    width = max(5.0, 1.6 + cell * len(columns))
+    panel_h = 0.45 + cell * len(rows)
+    label_h = 0.25 + 0.075 * longest  # rotated token labels under each panel
+    title_h = 0.2 + (0.25 * (title.count("\n") + 1) if title else 0.0)
+    height = title_h + len(mats) * (panel_h + label_h + 0.3) + 0.3
+    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(mats), 1, squeeze=False)[:, 0]
+    cmap = _cmap()
+    for ax, (method, v) in zip(axes, mats.items(), strict=True):
+        shown = np.where(muted[None, :], 0.0, np.nan_to_num(v))
+        if scale == "row":
+            top = shown.max(axis=1, keepdims=True)
+            shaded = np.divide(shown, top, out=np.zeros_like(shown), where=top > 0)
+            vmax = 1.0
+        else:
+            shaded = shown
+            vmax = float(shown.max()) if shown.size and shown.max() > 0 else 1.0
+        rgba = cmap(np.clip(shaded / vmax, 0.0, 1.0))
+        rgba[:, muted] = MUTED_RGBA
+        ax.imshow(rgba, aspect="auto", interpolation="nearest")
+        if annotate:
+            for (i, j), value in np.ndenumerate(v):
+                dark = not muted[j] and shaded[i, j] / vmax > 0.55
+                ax.text(j, i, f"{100 * value:.0f}", ha="center", va="center", fontsize=7,
+                        color="white" if dark else "#333")  # fmt: skip
+        ax.set_title(method, fontsize=11, loc="left", fontweight="bold")
+        ax.set_xticks(
+            range(len(columns)), labels, rotation=60, ha="right", rotation_mode="anchor", fontsize=9
+        )
+        ax.set_yticks(range(len(rows)), list(rows), fontsize=9)
+        ax.set_ylabel(row_name, fontsize=9)
+        ax.set_xticks(np.arange(-0.5, len(columns)), minor=True)
+        ax.set_yticks(np.arange(-0.5, len(rows)), minor=True)
+        ax.grid(which="minor", color="white", linewidth=0.8)
+        ax.tick_params(which="both", length=0)
+        for side in ax.spines.values():
+            side.set_visible(False)
+        if scale == "panel":
+            from matplotlib.cm import ScalarMappable
+            from matplotlib.colors import Normalize
+            from matplotlib.ticker import PercentFormatter
+
+            bar = fig.colorbar(
+                ScalarMappable(Normalize(0, vmax), cmap), ax=ax, fraction=0.025, pad=0.01, aspect=12
+            )
+            bar.ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=None))
+            bar.ax.tick_params(labelsize=8)
+    notes = []
+    if annotate:
+        notes.append("numbers: score in %")
+    if scale == "row":
+        notes.append(f"shading: relative to each {row_name}'s largest score")
+    if muted.any():
+        notes.append("grey: left out of the shading")
+    axes[-1].set_xlabel(column_name + ("   (" + "; ".join(notes) + ")" if notes else ""), fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    return fig
+
+
+def _cmap() -> Any:
+    from matplotlib import colormaps
+
+    return colormaps[PNG_CMAP]
+
+
+def write_png(path: str | Path, matrices: Mapping[str, Any], *, dpi: int = 150, **kwargs: Any) -> Path:
+    """Draw `heatmap_figure(matrices, **kwargs)` and write it to `path` as PNG (atomically)."""
+    import io
+
+    fig = heatmap_figure(matrices, **kwargs)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return atomic_write(path, buf.getvalue())
+
+
+# --------------------------------------------------------------------------------------------------
+# HTML
+# --------------------------------------------------------------------------------------------------
+
+_CSS = """
+:root { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; color: #222; }
+body { margin: 1.5rem auto; max-width: 70rem; padding: 0 1rem; }
+h1 { font-size: 1.3rem; margin: 0 0 .3rem; }
+.sub { color: #555; margin: 0 0 1rem; }
+.controls { display: flex; flex-wrap: wrap; gap: 1rem; align-items: center; margin: .8rem 0;
+            padding: .6rem .8rem; background: #f6f6f6; border-radius: 6px; }
+.controls label { font-size: .9rem; }
+select { font-size: .9rem; padding: .15rem .3rem; }
+#tokens { line-height: 2.4; font-size: 1.15rem; margin: 1rem 0; }
+.tok { padding: .2rem .25rem; margin: 0 .08rem; border-radius: 4px; border: 1px solid #ddd;
+       white-space: pre; cursor: default; }
+.tok.sel { outline: 2px solid #1f77b4; }
+#legend { display: flex; align-items: center; gap: .5rem; font-size: .8rem; color: #555; }
+#legend .ramp { width: 10rem; height: .8rem; border: 1px solid #ccc;
+  background: linear-gradient(to right, rgba(RGB,0), rgba(RGB,1)); }
+table.grid { border-collapse: collapse; font-size: .72rem; margin-top: .6rem; }
+table.grid th { font-weight: normal; color: #444; padding: 0 .25rem; }
+table.grid th.col { writing-mode: vertical-rl; transform: rotate(180deg); text-align: left;
+                    max-height: 8rem; white-space: nowrap; }
+table.grid td { min-width: 2rem; height: 1.5rem; border: 1px solid #fff; text-align: center;
+                font-variant-numeric: tabular-nums; color: #333; }
+table.grid td.muted, .tok.muted { background: #e4e4e4 !important; color: #555 !important; }
+.tok.muted { border-style: dashed; }
+table.grid tr.sel th.rowlab { font-weight: bold; color: #1f77b4; }
+table.grid tr { cursor: pointer; }
+#error { display: none; color: #a00; background: #fee; padding: .5rem; border-radius: 4px; }
+.hint { color: #777; font-size: .8rem; }
+""".replace("RGB", ",".join(map(str, _RGB)))
+
+_JS = r"""
+(function () {
+  "use strict";
+  var DATA = JSON.parse(document.getElementById("data").textContent);
+  var RGB = DATA.rgb.join(",");
+  var $ = function (id) { return document.getElementById(id); };
+  var state = { item: 0, method: null, row: 0 };
+
+  function fill(select, values, labels, chosen) {
+    select.textContent = "";
+    values.forEach(function (v, i) {
+      var o = document.createElement("option");
+      o.value = String(v); o.textContent = labels ? labels[i] : String(v);
+      if (v === chosen) { o.selected = true; }
+      select.appendChild(o);
+    });
+  }
+  function shade(v, vmax) {
+    var a = vmax > 0 ? Math.max(0, Math.min(1, v / vmax)) : 0;
+    return "rgba(" + RGB + "," + a.toFixed(3) + ")";
+  }
+  function ink(v, vmax) { return vmax > 0 && v / vmax > 0.6 ? "#fff" : "#222"; }
+
+  function pct(v) { return (100 * v).toFixed(v < 0.1 ? 1 : 0) + "%"; }
+  function isMuted(item, j) { return $("mute").checked && (item.muted || []).indexOf(j) >= 0; }
+  function rowMax(item, row) {
+    var m = 0;
+    row.forEach(function (v, j) { if (!isMuted(item, j) && v > m) { m = v; } });
+    return m;
+  }
+
+  function render() {
+    var item = DATA.items[state.item];
+    var mat = item.maps[state.method];
+    var values = mat[state.row];
+    var vmax = rowMax(item, values);
+    $("title").textContent = item.title;
+    $("subtitle").textContent = item.subtitle || "";
+    var box = $("tokens"); box.textContent = "";
+    item.columns.forEach(function (tok, j) {
+      var s = document.createElement("span");
+      s.className = isMuted(item, j) ? "tok muted" : "tok"; s.textContent = tok;
+      s.style.backgroundColor = shade(values[j], vmax);
+      s.style.color = ink(values[j], vmax);
+      s.title = tok + ": " + pct(values[j]);
+      s.dataset.score = String(values[j]);
+      box.appendChild(s); box.appendChild(document.createTextNode(" "));
+    });
+    $("vmax").textContent = pct(vmax);
+    // the whole matrix: every row of this method, shaded on the method's max
+    var all = Math.max.apply(null, mat.map(function (row) { return rowMax(item, row); }));
+    var table = $("grid"); table.textContent = "";
+    var head = document.createElement("tr");
+    head.appendChild(document.createElement("th"));
+    item.columns.forEach(function (tok) {
+      var th = document.createElement("th"); th.className = "col"; th.textContent = tok; head.appendChild(th);
+    });
+    table.appendChild(head);
+    mat.forEach(function (row, i) {
+      var tr = document.createElement("tr");
+      if (i === state.row) { tr.className = "sel"; }
+      var th = document.createElement("th"); th.className = "rowlab"; th.textContent = item.rows[i];
+      tr.appendChild(th);
+      row.forEach(function (v, j) {
+        var td = document.createElement("td");
+        if (isMuted(item, j)) { td.className = "muted"; }
+        td.style.backgroundColor = shade(v, all);
+        td.style.color = ink(v, all);
+        td.textContent = (100 * v).toFixed(0);
+        td.title = item.rows[i] + " / " + item.columns[j] + ": " + pct(v);
+        tr.appendChild(td);
+      });
+      tr.addEventListener("click", function () { state.row = i; $("row").value = String(i); render(); });
+      table.appendChild(tr);
+    });
+    document.body.dataset.method = state.method;
+    document.body.dataset.row = String(state.row);
+    document.body.dataset.item = String(state.item);
+  }
+
+  function selectItem(k) {
+    var item = DATA.items[k];
+    state.item = k;
+    var methods = Object.keys(item.maps);
+    if (methods.indexOf(state.method) < 0) {
+      state.method = methods.indexOf(item.method) >= 0 ? item.method : methods[0];
+    }
+    state.row = Math.min(item.row === undefined ? item.rows.length - 1 : item.row, item.rows.length - 1);
+    fill($("method"), methods, null, state.method);
+    fill($("row"), item.rows.map(function (_, i) { return i; }), item.rows, state.row);
+    render();
+  }
+
+  var items = DATA.items.map(function (_, k) { return k; });
+  fill($("item"), items, DATA.items.map(function (it, k) { return (k + 1) + ". " + it.title; }), 0);
+  if (DATA.items.length < 2) { $("item-box").style.display = "none"; }
+  $("item").addEventListener("change", function (e) { selectItem(Number(e.target.value)); });
+  $("method").addEventListener("change", function (e) { state.method = e.target.value; render(); });
+  $("row").addEventListener("change", function (e) { state.row = Number(e.target.value); render(); });
+  $("mute").addEventListener("change", render);
+  if (!DATA.items.some(function (it) { return (it.muted || []).length; })) { $("mute-box").style.display = "none"; }
+  // a link can choose what is shown: page.html#item=2&method=rollout&row=0 (item 1-based, row 0-based)
+  var want = {};
+  location.hash.replace(/^#/, "").split("&").forEach(function (kv) {
+    var p = kv.split("="); if (p.length === 2) { want[p[0]] = decodeURIComponent(p[1]); }
+  });
+  var k0 = Number(want.item) - 1;
+  selectItem(k0 >= 0 && k0 < DATA.items.length ? k0 : 0);
+  var cur = DATA.items[state.item];
+  if (want.method && cur.maps[want.method]) { state.method = want.method; $("method").value = want.method; }
+  var r0 = Number(want.row);
+  if (want.row !== undefined && r0 >= 0 && r0 < cur.rows.length) { state.row = r0; $("row").value = String(r0); }
+  render();
+  document.body.dataset.ready = "1";
+})();
+"""
+
+
+def _round_nested(x: Any) -> Any:
+    arr = np.asarray(x, dtype=np.float64)
+    arr = np.where(np.isfinite(arr), arr, 0.0)
+    return np.round(arr, HTML_DECIMALS).tolist()
+
+
+def html_page(
+    items: Sequence[Mapping[str, Any]],
+    *,
+    title: str = "attnflow",
+    row_name: str = "layer",
+    note: str = "",
+) -> str:
+    """A self-contained HTML page (inline CSS, data and JS; no external resources).
+
+    Each item is one input (see the module docstring); the page shows its tokens shaded by the
+    chosen method's scores in the chosen row, and the whole [row x token] matrix (click a row to
+    pick it). A link can choose the view: ``page.html#item=2&method=rollout&row=0`` (item
+    1-based, row 0-based). Script errors are shown on the page and recorded in
+    ``body[data-error]``; ``body[data-ready="1"]`` says the page rendered.
+    """
+    if not items:
+        raise ValueError("no items to show")
+    clean = []
+    for k, item in enumerate(items):
+        columns = [str(c) for c in item["columns"]]
+        rows = [str(r) for r in item["rows"]]
+        maps = {}
+        for m, v in item["maps"].items():
+            arr = np.asarray(v, dtype=np.float64)
+            if arr.shape != (len(rows), len(columns)):
+                raise ValueError(
+                    f"item {k}: map {m!r} has shape {arr.shape}, expected ({len(rows)}, {len(columns)})"
+                )
+            maps[str(m)] = _round_nested(arr)
+        if not maps:
+            raise ValueError(f"item {k} has no maps")
+        entry = {
+            "title": str(item.get("title", f"input {k + 1}")),
+            "columns": columns,
+            "rows": rows,
+            "maps": maps,
+        }
+        if item.get("muted"):
+            entry["muted"] = [int(j) for j in item["muted"] if 0 <= int(j) < len(columns)]
+        for key in ("subtitle", "method"):
+            if item.get(key) is not None:
+                entry[key] = str(item[key])
+        if item.get("row") is not None:
+            row = int(item["row"])
+            entry["row"] = row % len(rows) if rows else 0
+        clean.append(entry)
+    data = {"rgb": list(_RGB), "items": clean}
+    # "</" inside a <script> block would end it; "<\/" is the same JSON string.
+    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    esc = html.escape
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{esc(title)}</title>
+<style>{_CSS}</style>
+<script>
+window.addEventListener("error", function (e) {{
+  var box = document.getElementById("error");
+  var msg = (e && e.message) || "script error";
+  if (document.body) {{ document.body.dataset.error = msg; }}
+  if (box) {{ box.style.display = "block"; box.textContent = "This page failed to render: " + msg; }}
+}});
+</script>
+</head>
+<body>
+<div id="error"></div>
+<h1 id="title">{esc(title)}</h1>
+<p class="sub" id="subtitle"></p>
+<div class="controls">
+  <label id="item-box">input <select id="item"></select></label>
+  <label>method <select id="method"></select></label>
+  <label>{esc(row_name)} <select id="row"></select></label>
+  <label id="mute-box"><input type="checkbox" id="mute" checked> leave special tokens out of the shading</label>
+  <span id="legend">0% <span class="ramp"></span> <span id="vmax"></span></span>
+</div>
+<div id="tokens"></div>
+<p class="hint">Shading: the score of each token in the chosen {esc(row_name)}, relative to that {esc(row_name)}'s
+largest score (hover for values). Below: every {esc(row_name)}, scores in % (click a {esc(row_name)} to choose it).
+{esc(note)}</p>
+<table class="grid" id="grid"></table>
+<script type="application/json" id="data">{payload}</script>
+<script>{_JS}</script>
+</body>
+</html>
+"""
+
+
+def write_html(path: str | Path, items: Sequence[Mapping[str, Any]], **kwargs: Any) -> Path:
+    """Write `html_page(items, **kwargs)` to `path` (atomically)."""
+    return atomic_write(path, html_page(items, **kwargs))

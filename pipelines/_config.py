@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -100,11 +101,12 @@ def _choice_checks(container: dict) -> list[tuple[str, Any, Sequence[Any]]]:
         for pattern, allowed in CHOICES.items()
         for k, v in _lookup(container, pattern.split("."))
     ]
+    classes = [(f"task.{n}.gradient_class", t["gradient_class"]) for n, t in container["task"].items()]
+    for key, cls in [*classes, ("capture.target", container["capture"]["target"])]:
+        if cls not in ("predicted", "gold") and not str(cls).isdigit():
+            checks.append((key, cls, ("predicted", "gold", "a class index")))
     for name, task in container["task"].items():
         checks.append((f"task.{name}.capture.split", task["capture"]["split"], TASKS[name].splits))
-        cls = task["gradient_class"]
-        if cls not in ("predicted", "gold") and not str(cls).isdigit():
-            checks.append((f"task.{name}.gradient_class", cls, ("predicted", "gold", "a class index")))
     return checks
 
 
@@ -120,7 +122,8 @@ def _nonempty(x: Any) -> bool:
     return len(x) > 0
 
 
-# (dotted pattern, check, the rule in words); "*" matches any key at that level; None passes.
+# (dotted pattern, check, the rule in words); each part is a glob over the keys at that level
+# ("*" any key, "*_pdrop" every dropout); a None value passes.
 RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("seed", _at_least(0), "must be >= 0"),
     ("data.timeout_s", _positive, "must be > 0"),
@@ -137,7 +140,11 @@ RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("task.*.train.val_size", _at_least(1), "must be >= 1 or null"),
     ("task.*.train.max_length", _at_least(2), "must be >= 2 (CLS and a token) or null"),
     ("task.*.capture.n_samples", _at_least(1), "must be >= 1"),
-    ("task.*.model.dropout", lambda x: 0 <= x < 1, "must lie in [0, 1)"),
+    ("task.*.model.*_pdrop", lambda x: 0 <= x < 1, "must lie in [0, 1)"),
+    ("task.*.model.teacher.*_dropout", lambda x: 0 <= x < 1, "must lie in [0, 1)"),
+    ("task.*.model.initializer_range", _positive, "must be > 0"),
+    ("task.*.train.distill_rate", lambda x: 0 <= x <= 1, "must lie in [0, 1]"),
+    ("task.*.train.distill_temperature", _positive, "must be > 0"),
     ("task.*.model.n_layer", _at_least(1), "must be >= 1"),
     ("task.*.model.n_head", _at_least(1), "must be >= 1"),
     ("task.*.model.block_size", _at_least(2), "must be >= 2"),
@@ -172,7 +179,13 @@ def _heads_divide_width(task: dict) -> str | None:
     return None
 
 
-TASK_CHECKS: list[Callable[[dict], str | None]] = [_split_sums_to_one, _heads_divide_width]
+def _teacher_exists(task: dict) -> str | None:
+    if task["train"]["teacher"] != "none" and "teacher" not in task["model"]:
+        return f"train.teacher={task['train']['teacher']!r}: this task has no teacher model (use none)"
+    return None
+
+
+TASK_CHECKS: list[Callable[[dict], str | None]] = [_split_sums_to_one, _heads_divide_width, _teacher_exists]
 
 
 def _lookup(tree: Any, parts: list[str], prefix: str = ""):
@@ -182,7 +195,7 @@ def _lookup(tree: Any, parts: list[str], prefix: str = ""):
     head, rest = parts[0], parts[1:]
     if not isinstance(tree, dict):
         return
-    keys = list(tree) if head == "*" else [head] if head in tree else []
+    keys = [k for k in tree if fnmatchcase(str(k), head)]  # "*" and patterns like "*_pdrop"
     for key in keys:
         yield from _lookup(tree[key], rest, f"{prefix}{key}.")
 

@@ -6,7 +6,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from attnflow.attribution.samples import attribute_samples, method_options
-from attnflow.capture import resolve_device
+from attnflow.devices import resolve_device
 from attnflow.io import read_parquet, save_ragged
 from attnflow.models import load_classifier
 from pipelines import _config, _stage

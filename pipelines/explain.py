@@ -5,23 +5,25 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from attnflow.explain.samples import explain_samples
-from attnflow.io import load_ragged, save_ragged
+from attnflow.io import align_ids, load_ragged, save_ragged
+from attnflow.method_inputs import needed_inputs
 from pipelines import _stage
 
 
 def run(cfg: DictConfig, task: str) -> None:
-    paths, opts = _stage.paths(cfg), cfg.explain
-    with _stage.stage_run(cfg, "explain", task, inputs=[paths.attentions(task)]) as mlrun:
+    paths, opts, methods = _stage.paths(cfg), cfg.explain, list(cfg.explain.methods)
+    extra_file = [paths.relevance(task)] if needed_inputs(methods) else []
+    with _stage.stage_run(cfg, "explain", task, inputs=[paths.attentions(task), *extra_file]) as mlrun:
         captured, ids = load_ragged(paths.attentions(task), with_ids=True)
+        extra = {}
+        if extra_file:  # attention gradients / LRP relevance, joined on sample_id
+            relevance, extra_ids = load_ragged(extra_file[0], with_ids=True)
+            order = align_ids(extra_ids, ids, what=str(extra_file[0]), against=str(paths.attentions(task)))
+            extra = {k: [relevance[k][i] for i in order] for k in needed_inputs(methods)}
         maps = explain_samples(
-            captured["attn"],
-            methods=list(opts.methods),
-            residual=opts.residual,
-            heads=opts.heads,
-            rows=cfg.task[task].rows,
-            per_head=opts.per_head,
-            progress=True,
-        )
+            captured["attn"], methods=methods, residual=opts.residual, heads=opts.heads,
+            rows=cfg.task[task].rows, per_head=opts.per_head, extra=extra, cls_self=opts.cls_self, progress=True,
+        )  # fmt: skip
         save_ragged(paths.maps(task), maps, ids=ids)
         mlrun.log_metrics({"n_samples": len(ids)})
 

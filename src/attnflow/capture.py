@@ -21,7 +21,17 @@ from tqdm.auto import tqdm
 
 from attnflow.batches import length_batches
 
-__all__ = ["Captured", "accuracy", "capture", "capture_split", "resolve_device", "select_samples"]
+__all__ = [
+    "CLASS_INPUTS",
+    "Captured",
+    "capture",
+    "capture_split",
+    "class_relevance",
+    "select_samples",
+]
+
+# What the class-specific explainers need beside the attentions (attnflow.explain.EXPLAINER_INPUTS).
+CLASS_INPUTS = ("attn_grad", "attn_relevance")
 
 
 @dataclass
@@ -98,20 +108,6 @@ def capture(
     )
 
 
-def resolve_device(name: str = "auto") -> torch.device:
-    """``auto``: the first CUDA device when there is one, else the CPU; else ``torch.device(name)``.
-
-    >>> resolve_device("cpu")
-    device(type='cpu')
-    """
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} asked for, but no CUDA device is available; use auto or cpu")
-    return device
-
-
 def select_samples(frame: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
     """A seeded random subset of ``n`` rows (all rows if ``n`` >= len), kept in file order, with
     ``sample_id`` = the row's position in ``frame`` (the id every later stage joins on)."""
@@ -166,7 +162,49 @@ def capture_split(
     return samples, got.attentions
 
 
-def accuracy(samples: pd.DataFrame) -> float:
-    """Accuracy of ``pred`` on the labelled rows (label >= 0); nan when none is labelled."""
-    labelled = samples["label"] >= 0
-    return float((samples["pred"] == samples["label"])[labelled].mean()) if labelled.any() else float("nan")
+def class_relevance(
+    model: torch.nn.Module,
+    input_ids: Sequence[Sequence[int]],
+    labels: Sequence[int],
+    *,
+    needs: Sequence[str] = CLASS_INPUTS,
+    target: str | int = "predicted",
+    pad_id: int = 0,
+    batch_size: int = 64,
+    device: str | torch.device = "cpu",
+    dtype: np.dtype | str = np.float32,
+    progress: bool = False,
+) -> dict[str, list[np.ndarray]]:
+    """Per sample, the inputs of the class-specific explainers (Chefer et al. 2021):
+    ``attn_grad`` = d logit[target] / d attention and ``attn_relevance`` = the LRP relevance of
+    each attention map, both ``(L, H, T_i, T_i)``, from :func:`attnflow.lrp.lrp_relevance`.
+
+    ``target``: "predicted" (the model's class), "gold" (``labels``) or a class index.
+    """
+    from attnflow.batches import pad_batch
+    from attnflow.lrp import lrp_relevance
+
+    if unknown := sorted(set(needs) - set(CLASS_INPUTS)):
+        raise ValueError(f"unknown class-specific input(s) {unknown}; known: {CLASS_INPUTS}")
+    rows = [np.asarray(r) for r in input_ids]
+    gold = np.asarray(labels)
+    if target == "gold" and (gold < 0).any():
+        raise ValueError("target 'gold' needs labelled samples; some have label -1")
+    out: dict[str, list[Any]] = {k: [None] * len(rows) for k in needs}
+    for idx in tqdm(
+        length_batches([len(r) for r in rows], batch_size),
+        desc="relevance",
+        disable=not progress,
+        leave=False,
+    ):
+        ids, mask = pad_batch([rows[i] for i in idx], pad_id)
+        chosen = (
+            None if target == "predicted" else torch.as_tensor(gold[idx]) if target == "gold" else int(target)
+        )
+        result = lrp_relevance(model, ids.to(device), mask.to(device), target=chosen)
+        for name in needs:
+            values = getattr(result, name).float().cpu().numpy()  # (B, L, H, T, T)
+            for row, i in enumerate(idx):
+                t = len(rows[i])
+                out[name][i] = values[row, :, :, :t, :t].astype(dtype)
+    return out

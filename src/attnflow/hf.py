@@ -893,7 +893,7 @@ def explain_texts(
 
     progress=True shows a tqdm bar over the texts.
     """
-    from attnflow.capture import length_batches
+    from attnflow.batches import length_batches
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")

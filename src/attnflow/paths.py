@@ -57,6 +57,10 @@ class StudyPaths:
     def attentions(self, task: str) -> Path:
         return self.capture / task / "attentions.safetensors"
 
+    def relevance(self, task: str) -> Path:
+        """Attention gradients and LRP relevance for the class-specific explainers (when asked for)."""
+        return self.capture / task / "relevance.safetensors"
+
     def maps(self, task: str) -> Path:
         return self.explain / task / "maps.safetensors"
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from attnflow.method_inputs import EXPLAINER_INPUTS
+
 MISSING: Any = "???"
 
 __all__ = [
@@ -61,6 +63,9 @@ class TrainConfig:
     max_length: int | None = None  # truncate inputs to this many tokens (None: no truncation)
     length_bucketing: bool = MISSING
     resume: bool = MISSING  # continue an interrupted run of the same config and code
+    teacher: str = MISSING  # none | lstm: online distillation from a teacher trained alongside
+    distill_rate: float = MISSING  # student loss = rate * distillation + (1 - rate) * gold cross-entropy
+    distill_temperature: float = MISSING
 
 
 @dataclass
@@ -102,6 +107,7 @@ class CaptureConfig:
     dtype: str = MISSING
     batch_size: int = MISSING
     max_length: int = MISSING
+    target: str = MISSING  # the class the class-specific explainers explain: predicted | gold | an index
 
 
 @dataclass
@@ -110,6 +116,7 @@ class ExplainConfig:
     residual: float = MISSING
     heads: str = MISSING
     per_head: bool = MISSING
+    cls_self: str = MISSING  # class-specific maps' CLS-to-CLS entry: authors | keep | min | zero
 
 
 @dataclass
@@ -169,19 +176,20 @@ class StudyConfig:
 
 
 # Allowed values of string switches, by dotted key ("*" stands for any key at that level).
-# Task names and capture splits come from attnflow.tasks.TASKS. explain.methods lists the names of
-# attnflow.explain.EXPLAINERS (kept here so that validating a config does not import the solvers;
-# a test keeps the two equal).
+# Task names and capture splits come from attnflow.tasks.TASKS.
 CHOICES: dict[str, tuple[str, ...]] = {
-    "explain.methods": ("raw", "rollout", "flow", "chefer", "chefer_lrp"),
+    "explain.methods": tuple(EXPLAINER_INPUTS),
     "capture.dtype": ("float16", "float32"),
     "explain.heads": ("mean", "sum", "max"),
+    "explain.cls_self": ("authors", "keep", "min", "zero"),
     "task.*.rows": ("cls", "max", "mean"),
     "attribution.methods": ("blank_out", "input_gradients"),
     "attribution.blank_token": ("pad", "unk", "mask"),
     "attribution.blank_target": ("predicted", "gold"),
     "attribution.blank_score": ("prob", "logit"),
     "task.*.gradient_target": ("p0_minus_p1", "prob", "logit"),
+    "task.*.train.teacher": ("none", "lstm"),
+    "task.*.data.source": ("natural", "pooled"),
     "attribution.gradient_reduction": ("abs_sum", "l2", "grad_x_input"),
     "correlate.spearman": ("average", "dense_noties"),
     "correlate.undefined": ("zero", "nan"),

@@ -34,6 +34,25 @@ def _write_mirror(root: Path) -> Path:
                 f"{'VBP' if plural else 'VBZ'}\tthe {rng.choice(['big', 'NN'])} {subject}{attractor} {i}\n"
             )
         (folder / name).write_text("".join(lines))
+    wiki = root / "linzen2016" / "edinburgh_nlu_wiki"  # the natural-distribution sample, same grammar
+    wiki.mkdir(parents=True)
+    for name, n in (("train", 60), ("dev", 12), ("test", 24)):
+        rows = []
+        for i in range(n):
+            plural = (i + len(name)) % 2 == 1
+            words = [
+                "the",
+                rng.choice(["big", "NN"]),
+                "dogs" if plural else "dog",
+                name,
+                str(i),
+                "bark" if plural else "barks",
+                ".",
+            ]
+            rows.append(f"{' '.join(words)}\t2\t5\t{'VBP' if plural else 'VBZ'}\t{words[5]}\tx\n")
+        (wiki / f"wiki-{name}.txt").write_text(
+            "sentence\tsubj_idx\tverb_idx\tverb_pos\tverb\tinflected_verb\n" + "".join(rows)
+        )
     glue = root / "sst2" / "glue_SST-2"
     glue.mkdir(parents=True)
     good, bad = ["good", "great", "fine"], ["bad", "awful", "dull"]
@@ -70,6 +89,9 @@ def tiny_study(tmp_path, monkeypatch):
         "task.agreement.model.n_embd=16",
         f"task.sst2.model.pretrained={bert}",
         "task.agreement.train.max_epochs=2",
+        "task.agreement.train.teacher=lstm",  # online distillation from a tiny LSTM teacher
+        "task.agreement.model.teacher.embedding_dim=8",
+        "task.agreement.model.teacher.hidden_size=8",
         "task.agreement.train.batch_size=16",
         "task.sst2.train.max_epochs=1",
         "task.sst2.train.batch_size=8",
@@ -101,8 +123,10 @@ def test_every_stage_runs_and_writes_its_outputs(tiny_study):
             assert a.shape == (layers, heads, length, length)
             np.testing.assert_allclose(a.astype(np.float64).sum(-1), 1.0, atol=2e-3)
         maps = load_ragged(root / "outputs" / "explain" / task / "maps.safetensors")
-        for method in ("raw", "rollout", "flow"):
+        for method in ("raw", "rollout", "flow", "chefer", "chefer_lrp"):
             assert [m.shape for m in maps[method]] == [(layers, t) for t in samples["length"]]
+        relevance = load_ragged(root / "outputs" / "capture" / task / "relevance.safetensors")
+        assert [a.shape for a in relevance["attn_grad"]] == [a.shape for a in attn]
         importance = load_ragged(root / "outputs" / "attribute" / task / "importance.safetensors")
         assert [len(v) for v in importance["blank_out"]] == samples["length"].tolist()
         assert all(v[0] == 0 for v in importance["blank_out"])  # CLS is never blanked
@@ -110,10 +134,12 @@ def test_every_stage_runs_and_writes_its_outputs(tiny_study):
         assert list(table.columns) == list(COLUMNS)
         main = table[(table["variant"] == "configured") & table["head"].isna()]
         assert set(main["importance"]) == {"blank_out", "input_gradients"}
-        assert list(dict.fromkeys(main["method"])) == ["raw", "rollout", "flow"]
+        assert list(dict.fromkeys(main["method"])) == ["raw", "rollout", "flow", "chefer", "chefer_lrp"]
         assert sorted(main["layer"].unique()) == [1, 2]
         heads = table[table["head"].notna()]
-        assert sorted(heads["head"].unique()) == [0, 1] and len(heads) == 2 * len(main)
+        assert (
+            sorted(heads["head"].unique()) == [0, 1] and len(heads) == 2 * len(main) * 3 // 5
+        )  # raw/rollout/flow
         variants = table[table["variant"] != "configured"]
         assert variants["variant"].nunique() == 6 and "spearman=average, CLS authors" in set(
             variants["variant"]
@@ -129,7 +155,16 @@ def test_every_stage_runs_and_writes_its_outputs(tiny_study):
         assert metrics["blank_out"]["flow"]["L1"]["mean"] == pytest.approx(
             main.query("importance == 'blank_out' and method == 'flow' and layer == 1")["mean"].item()
         )
-        assert (root / "reports" / task / "train_metrics.json").is_file()
+        train_metrics = json.loads((root / "reports" / task / "train_metrics.json").read_text())
+        if task == "agreement":  # distilled; the attractor files scored as an evaluation-only set
+            assert 0 <= train_metrics["teacher"]["accuracy"] <= 1
+            assert set(train_metrics["extra_eval"]["attractors"]["n_by_attractors"]) == {
+                "1",
+                "2",
+                "3",
+                "4",
+                "5",
+            }
         assert (root / "models" / task / "model").is_dir()
 
     metrics = json.loads((root / "reports" / "metrics.json").read_text())

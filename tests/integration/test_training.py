@@ -22,7 +22,20 @@ from attnflow.models import load_classifier
 from pipelines import _config
 
 STUDY = _config.compose()  # the study's own values, overridden below where a tiny run needs it
-TINY_MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 16, "dropout": 0.1, "block_size": 16}
+TINY_MODEL = {
+    **_config.to_dict(STUDY.task.agreement.model),
+    "n_layer": 2,
+    "n_head": 2,
+    "n_embd": 16,
+    "block_size": 16,
+    "teacher": {
+        "embedding_dim": 16,
+        "hidden_size": 16,
+        "num_layers": 2,
+        "input_dropout": 0.2,
+        "hidden_dropout": 0.3,
+    },
+}
 TINY_TRAIN = {
     **_config.to_dict(STUDY.task.agreement.train),
     "max_epochs": 3,
@@ -30,6 +43,7 @@ TINY_TRAIN = {
     "lr": 3e-3,
     "warmup_ratio": 0.1,
     "patience": 10,
+    "teacher": "none",
 }
 TRAINER = {
     **_config.to_dict(STUDY.trainer),
@@ -70,7 +84,7 @@ def _write_split(path: Path, n: int, rng: random.Random) -> None:
 def agreement_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("agreement")
     rng = random.Random(0)
-    for split, n in (("train", 192), ("val", 64), ("test", 64)):
+    for split, n in (("train", 192), ("val", 64), ("test", 64), ("attractors", 32)):
         _write_split(root / f"{split}.parquet", n, rng)
     Vocab.build([["the", "near", "big", *SINGULAR, *PLURAL]]).save(root / "vocab.json")
     return root
@@ -315,3 +329,66 @@ def test_sst2_finetuning_learns_on_a_carved_validation_set(sst2_data, tmp_path):
     assert metrics["trained"] is True and metrics["n_train"] == 64 and metrics["epochs"] == 3
     rows = _curve(tmp_path / "out")
     assert float(rows[-1]["train_loss"]) < float(rows[0]["train_loss"])
+
+
+# --- online distillation (issue: replication) ---------------------------------------------------
+
+
+def test_distilled_run_trains_teacher_and_student_and_exports_the_student(agreement_data, tmp_path):
+    metrics = _train(
+        agreement_data, tmp_path, train={"teacher": "lstm", "distill_rate": 0.9, "max_epochs": 2}
+    )
+    assert {"accuracy", "val_accuracy"} <= set(metrics["teacher"]) and 0.0 <= metrics["teacher"][
+        "accuracy"
+    ] <= 1.0
+    rows = _curve(tmp_path)
+    assert "teacher_val_acc" in rows[0] and len(rows) == 2
+    ckpt = torch.load(tmp_path / "best.ckpt", weights_only=True)["state_dict"]
+    assert any(k.startswith("teacher.") for k in ckpt) and any(k.startswith("model.") for k in ckpt)
+    model, _ = load_classifier(tmp_path / "model")  # the student, as capture / explain / attribute load it
+    assert type(model).__name__ == "AgreementTransformer"
+    again = _train(
+        agreement_data, tmp_path / "again", train={"teacher": "lstm", "distill_rate": 0.9, "max_epochs": 2}
+    )
+    assert _stable(again) == _stable(metrics)  # same seed, same numbers
+
+
+def test_attractor_set_is_scored_after_training(trained, agreement_data):
+    _, metrics = trained
+    attractors = pd.read_parquet(agreement_data / "attractors.parquet")
+    extra = metrics["extra_eval"]["attractors"]
+    assert extra["n"] == len(attractors) == sum(extra["n_by_attractors"].values())
+    assert set(extra["n_by_attractors"]) == {str(k) for k in attractors["n_attractors"].unique()}
+
+
+def test_sigkill_mid_epoch_then_resume_gives_the_identical_model(trained, agreement_data, tmp_path):
+    """A real SIGKILL (no cleanup at all) in the middle of the second epoch, with dropout,
+    length bucketing and several epochs; the re-run resumes from last.ckpt (end of epoch 1) and
+    must end with the uninterrupted run's weights and metrics (issue: hardening, case 11)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import os, signal, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+import pytorch_lightning as pl
+from tests.integration.test_training import _train
+
+class Die(pl.Callback):
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step >= 18:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+_train(__import__("pathlib").Path({str(agreement_data)!r}), __import__("pathlib").Path({str(tmp_path)!r}), callbacks=[Die()])
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == -9, done.stderr[-2000:]
+    assert torch.load(tmp_path / "last.ckpt", weights_only=True)["global_step"] == 12
+    resumed = _train(agreement_data, tmp_path)
+    out, uninterrupted = trained
+    assert _stable(resumed) == _stable(uninterrupted)
+    assert _curve(tmp_path) == _curve(out)
+    for name in ("best.ckpt",):
+        a = torch.load(tmp_path / name, weights_only=True)["state_dict"]
+        b = torch.load(out / name, weights_only=True)["state_dict"]
+        assert all(torch.equal(a[k], b[k]) for k in a)

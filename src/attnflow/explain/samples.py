@@ -18,7 +18,12 @@ from .heads import head_flow, head_rollout
 from .registry import EXPLAINER_INPUTS, EXPLAINERS
 from .rows import select_rows
 
-__all__ = ["PER_HEAD", "explain_samples", "pad_attentions"]
+__all__ = ["AUTHORS_CLS_SELF", "PER_HEAD", "explain_samples", "pad_attentions"]
+
+# Chefer et al.'s own code for the CLS-to-CLS entry of the maps: min of the CLS row in the CVPR
+# (LRP) code, 0 in the generic (ICCV) code. explain_samples(cls_self="authors") applies these.
+AUTHORS_CLS_SELF = {"chefer": "zero", "chefer_lrp": "min"}
+
 
 BATCH = 128  # samples of similar length explained together
 
@@ -78,11 +83,13 @@ def explain_batch(
     rows: str,
     per_head: bool,
     extra: Mapping[str, np.ndarray] | None = None,
+    cls_self: str = "authors",
 ) -> dict[str, np.ndarray]:
     """Per method the (B, L, T) explanation row at each layer, and ``<method>_heads`` (B, L, H, T).
 
     ``rows``: "cls" (row 0; the cheap path: flow is computed from CLS only), "max" or "mean" over
     the real query rows. ``extra``: further padded inputs a method needs (e.g. ``attn_grad``).
+    ``cls_self``: the class-specific maps' CLS-to-CLS entry ("authors": :data:`AUTHORS_CLS_SELF`).
     """
     sources = [0] if rows == "cls" else None  # CLS only: flow costs grow with the rows asked for
     common = dict(residual=residual, lengths=lengths)
@@ -90,6 +97,8 @@ def explain_batch(
     out = {}
     for m in methods:
         needs = {k: extra[k] for k in EXPLAINER_INPUTS[m]}  # e.g. attention gradients for chefer
+        if EXPLAINER_INPUTS[m]:  # a class-specific method: its CLS-to-CLS convention
+            needs["cls_self"] = AUTHORS_CLS_SELF.get(m, "keep") if cls_self == "authors" else cls_self
         out[m] = _rows(EXPLAINERS[m](attn, heads=heads, rows=sources, **common, **needs), rows, lengths)
     if per_head:
         for m in methods:
@@ -109,6 +118,7 @@ def explain_samples(
     rows: str = "cls",
     per_head: bool = False,
     extra: Mapping[str, Sequence[np.ndarray]] | None = None,
+    cls_self: str = "authors",
     batch_size: int = BATCH,
     progress: bool = False,
 ) -> dict[str, list[np.ndarray]]:
@@ -141,6 +151,7 @@ def explain_samples(
             rows=rows,
             per_head=per_head,
             extra=padded_extra,
+            cls_self=cls_self,
         )
         for name, value in values.items():
             for row, i in enumerate(idx):

@@ -72,6 +72,11 @@ class RunRecorder(Callback):
                 "train_loss": train_loss,
                 "val_loss": float(metrics.get("val_loss", float("nan"))),
                 "val_acc": float(metrics.get("val_acc", float("nan"))),
+                **(
+                    {"teacher_val_acc": float(metrics["teacher_val_acc"])}
+                    if "teacher_val_acc" in metrics
+                    else {}
+                ),
             }
         )
         self._loss_sum, self._loss_n = 0.0, 0

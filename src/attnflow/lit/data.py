@@ -205,3 +205,7 @@ class TextClassificationDataModule(pl.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         assert self.eval is not None, "call setup() first"
         return self._loader(self.eval, train=False)
+
+    def split_dataloader(self, split: str) -> DataLoader:
+        """An evaluation loader over any prepared split (e.g. an evaluation-only set)."""
+        return self._loader(self._tokenise(read_split(self.data_dir / f"{split}.parquet")), train=False)

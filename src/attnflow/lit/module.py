@@ -72,8 +72,12 @@ class ClassifierModule(pl.LightningModule):
         self.log("val_acc", acc, on_epoch=True, prog_bar=True, batch_size=n, sync_dist=True)
 
     def configure_optimizers(self) -> dict[str, Any]:
+        return self._optimizers(list(self.model.parameters()))
+
+    def _optimizers(self, parameters: list[torch.nn.Parameter]) -> dict[str, Any]:
+        """AdamW with warm-up then linear decay over every step of the run."""
         # decay matrices only (nanoGPT): biases and LayerNorm gains stay undecayed
-        params = [p for p in self.model.parameters() if p.requires_grad]
+        params = [p for p in parameters if p.requires_grad]
         groups = [
             {"params": [p for p in params if p.dim() >= 2], "weight_decay": self.weight_decay},
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},

@@ -13,6 +13,7 @@ import csv
 import sys
 import warnings
 from collections.abc import Mapping
+from dataclasses import MISSING as MISSING_FIELD
 from dataclasses import asdict, fields, is_dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -28,6 +29,7 @@ from attnflow.io import atomic_path, write_json
 from attnflow.lit import checkpoints
 from attnflow.lit.callbacks import CURVE_COLUMNS, EpochLog, RunRecorder
 from attnflow.lit.data import TextClassificationDataModule
+from attnflow.lit.distill import DistillationModule
 from attnflow.lit.module import ClassifierModule
 from attnflow.models import save_classifier
 from attnflow.schema import MISSING, TrainConfig, TrainerConfig
@@ -62,6 +64,10 @@ def settings(cls: type[C], values: Mapping[str, Any] | C, what: str) -> C:
     names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     if unknown := sorted(set(values) - names):
         raise ValueError(f"{what}: unknown keys {unknown}; known: {sorted(names)}")
+    for f in fields(cls):  # type: ignore[arg-type]
+        default = f.default_factory() if f.default_factory is not MISSING_FIELD else None  # type: ignore[misc]
+        if is_dataclass(default) and isinstance(values.get(f.name), Mapping):  # a nested block
+            values[f.name] = settings(type(default), values[f.name], f"{what}.{f.name}")
     filled = cls(**values)
     if missing := sorted(n for n in names if getattr(filled, n) == MISSING):
         raise ValueError(f"{what}: missing keys {missing}")
@@ -183,10 +189,11 @@ def _save_plain_checkpoints(module: ClassifierModule, out_dir: Path, fp: str) ->
 
 
 def _write_curve(out_dir: Path, rows: list[dict[str, float]], title: str) -> None:
+    columns = [*CURVE_COLUMNS, *(["teacher_val_acc"] if rows and "teacher_val_acc" in rows[0] else [])]
     with atomic_path(out_dir / "curve.csv") as tmp, tmp.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=CURVE_COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
-        writer.writerows({k: r[k] for k in CURVE_COLUMNS} for r in rows)
+        writer.writerows({k: r[k] for k in columns} for r in rows)
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(9, 3.5))
@@ -196,11 +203,37 @@ def _write_curve(out_dir: Path, rows: list[dict[str, float]], title: str) -> Non
     ax_loss.plot(steps, [r["val_loss"] for r in rows], marker="o", label="val")
     ax_loss.set(xlabel="step", ylabel="cross-entropy", title=f"{title}: loss")
     ax_loss.legend()
-    ax_acc.plot(steps, [r["val_acc"] for r in rows], marker="o", color="C2")
+    ax_acc.plot(
+        steps,
+        [r["val_acc"] for r in rows],
+        marker="o",
+        color="C2",
+        label="student" if "teacher_val_acc" in columns else None,
+    )
+    if "teacher_val_acc" in columns:
+        ax_acc.plot(steps, [r["teacher_val_acc"] for r in rows], marker="s", color="C3", label="teacher")
+        ax_acc.legend()
     ax_acc.set(xlabel="step", ylabel="accuracy", title=f"{title}: validation accuracy")
     fig.tight_layout()
     with atomic_path(out_dir / "curve.png") as tmp:
         fig.savefig(tmp, format="png", dpi=100)
+
+
+def _by_attractors(result: dict) -> dict[str, Any]:
+    """Accuracy, n and accuracy per attractor count of one evaluated split."""
+    keep = ("accuracy", "n", "accuracy_by_attractors", "n_by_attractors")
+    return {k: result[k] for k in keep}
+
+
+def _teacher_metrics(module: Any, dm: Any, recorder: RunRecorder, device: Any) -> dict[str, Any]:
+    """The teacher's accuracy on the eval split, and its validation accuracy at the student's best epoch."""
+    best = recorder.best
+    out: dict[str, Any] = {
+        "accuracy": evaluate(module.teacher, dm.test_dataloader(), device=device)["accuracy"]
+    }
+    if best is not None and "teacher_val_acc" in recorder.rows[best]:
+        out["val_accuracy"] = recorder.rows[best]["teacher_val_acc"]
+    return out
 
 
 def _metrics(
@@ -268,14 +301,18 @@ def train_task(
     fp = checkpoints.fingerprint(
         spec.name, {"model": asdict(mcfg), **neutral}, seed, data_dir, spec.data_files
     )
-    module = ClassifierModule(
-        model,
-        lr=tcfg.lr,
-        weight_decay=tcfg.weight_decay,
-        warmup_ratio=tcfg.warmup_ratio,
-        seed=seed,
-        fingerprint=fp,
+    optim = dict(
+        lr=tcfg.lr, weight_decay=tcfg.weight_decay, warmup_ratio=tcfg.warmup_ratio, seed=seed, fingerprint=fp
     )
+    if tcfg.teacher == "none":
+        module: ClassifierModule = ClassifierModule(model, **optim)
+    elif spec.build_teacher is None:
+        raise ValueError(f"task {spec.name!r} has no teacher model: set task.{spec.name}.train.teacher=none")
+    else:
+        teacher = spec.build_teacher(mcfg, data_dir)
+        module = DistillationModule(
+            model, teacher, rate=tcfg.distill_rate, temperature=tcfg.distill_temperature, **optim
+        )
     dm = TextClassificationDataModule(
         data_dir,
         encoder,
@@ -309,13 +346,16 @@ def train_task(
             return {}
         _save_plain_checkpoints(module, out_dir, fp)
 
-    desc = f"{spec.name} {spec.eval_split}"
-    result = evaluate(
-        module.model, dm.test_dataloader(), device=trainer.strategy.root_device, progress=False, desc=desc
-    )
-    module.model.cpu()
-    save_classifier(module.model, encoder, out_dir / "model")
+    device = trainer.strategy.root_device
+    result = evaluate(module.model, dm.test_dataloader(), device=device)
     metrics = _metrics(spec, result, recorder, len(dm.train) if should_train else 0, bool(should_train), seed)
+    for split in spec.extra_eval_splits:  # evaluation-only sets, e.g. the attractor items
+        extra = evaluate(module.model, dm.split_dataloader(split), device=device)
+        metrics.setdefault("extra_eval", {})[split] = _by_attractors(extra)
+    if isinstance(module, DistillationModule):
+        metrics["teacher"] = _teacher_metrics(module, dm, recorder, device)
+    module.cpu()
+    save_classifier(module.model, encoder, out_dir / "model")
     write_json(out_dir / "metrics.json", metrics)
     _write_curve(out_dir, recorder.rows, spec.name)
     if logger is not None:
@@ -334,4 +374,9 @@ def _log_final(logger: Any, metrics: dict[str, Any], *, step: int) -> None:
         value = metrics.get(key)
         if isinstance(value, int | float) and value == value:
             flat[key] = float(value)
+    for split, extra in metrics.get("extra_eval", {}).items():
+        flat[f"{split}_acc"] = extra["accuracy"]
+        flat.update({f"{split}_acc_attractors_{k}": v for k, v in extra["accuracy_by_attractors"].items()})
+    if "teacher" in metrics:
+        flat[f"teacher_{metrics['eval_split']}_acc"] = metrics["teacher"]["accuracy"]
     logger.log_metrics(flat, step=step)

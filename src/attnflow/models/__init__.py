@@ -8,6 +8,7 @@ from attnflow.models.agreement import AgreementConfig, AgreementTransformer
 from attnflow.models.encoders import HFEncoder, WordEncoder
 from attnflow.models.hf import MINILM, HFClassifier, load_pretrained_tokenizer, resolve_pretrained
 from attnflow.models.io import load_classifier, save_classifier
+from attnflow.models.lstm import LSTMClassifier, LSTMConfig
 from attnflow.models.output import ClassifierOutput
 
 __all__ = [
@@ -17,6 +18,8 @@ __all__ = [
     "ClassifierOutput",
     "HFClassifier",
     "HFEncoder",
+    "LSTMClassifier",
+    "LSTMConfig",
     "WordEncoder",
     "load_classifier",
     "load_pretrained_tokenizer",

@@ -23,12 +23,18 @@ __all__ = ["AgreementConfig", "AgreementTransformer"]
 
 @dataclass
 class AgreementConfig:
+    """GPT-2's names and defaults; the authors' agreement model (Reflect ``small_gpt_v9``) used
+    heavy dropout instead: embd_pdrop 0.2, attn_pdrop 0.6, resid_pdrop 0.4, initializer_range 0.05."""
+
     vocab_size: int = 10_004  # Linzen's 10k-word list + 4 specials; set from the Vocab when building
     block_size: int = 64  # longest Linzen prefix is 48 words, + <cls>
     n_layer: int = 6  # the paper
     n_head: int = 8  # the paper
     n_embd: int = 128  # the paper
-    dropout: float = 0.1  # ~64k short prefixes for ~2.5M parameters: mild regularisation helps
+    embd_pdrop: float = 0.1  # dropout on token + position embeddings
+    attn_pdrop: float = 0.1  # dropout on the attention probabilities (before they weight the values)
+    resid_pdrop: float = 0.1  # dropout on both residual branches (attention and MLP outputs)
+    initializer_range: float = 0.02  # weights ~ N(0, std^2); residual projections std / sqrt(2 n_layer)
     n_classes: int = 2  # singular / plural
     bias: bool = True  # as GPT-2
     pad_id: int = 0  # Vocab.pad_id; used only to derive the mask when none is given
@@ -44,8 +50,8 @@ class SelfAttention(nn.Module):
         self.n_head = config.n_head
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
-        self.attn_dropout = nn.Dropout(config.dropout)
-        self.resid_dropout = nn.Dropout(config.dropout)
+        self.attn_dropout = nn.Dropout(config.attn_pdrop)
+        self.resid_dropout = nn.Dropout(config.resid_pdrop)
 
     def forward(self, x: Tensor, key_mask: Tensor) -> tuple[Tensor, Tensor]:
         B, T, C = x.shape
@@ -68,7 +74,7 @@ class MLP(nn.Module):
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
         self.gelu = nn.GELU()
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = nn.Dropout(config.resid_pdrop)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
@@ -112,7 +118,7 @@ class AgreementTransformer(nn.Module):
         self.num_heads = config.n_head
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
         self.wpe = nn.Embedding(config.block_size, config.n_embd)
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = nn.Dropout(config.embd_pdrop)
         self.h = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
         self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.classifier = nn.Linear(config.n_embd, config.n_classes)
@@ -120,16 +126,15 @@ class AgreementTransformer(nn.Module):
         # GPT-2: scale the residual projections by 1/sqrt(2 * n_layer)
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+                nn.init.normal_(p, mean=0.0, std=config.initializer_range / math.sqrt(2 * config.n_layer))
 
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
+    def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            nn.init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            nn.init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.wte

@@ -14,7 +14,7 @@ from typing import Any
 from attnflow.data.download import DatasetSpec, FileSpec
 from attnflow.tasks.spec import TaskSpec
 
-__all__ = ["AGREEMENT", "AgreementDataConfig", "AgreementModelConfig", "SplitConfig"]
+__all__ = ["AGREEMENT", "AgreementDataConfig", "AgreementModelConfig", "SplitConfig", "TeacherConfig"]
 
 MISSING: Any = "???"  # set by conf/task/agreement.yaml
 
@@ -33,6 +33,11 @@ DATASET = DatasetSpec(
         *(FileSpec(f"linzen2016/rnn_agr_simple/numpred.test.{k}", _LINZEN) for k in range(1, 6)),
         FileSpec("linzen2016/rnn_agr_simple/README.txt", _LINZEN, required=False),
         FileSpec("linzen2016/agr_50_mostcommon_10K.tsv", _LINZEN_TSV, required=False),
+        # The natural-distribution sample (mirror only; MANIFEST.md says where it comes from)
+        *(
+            FileSpec(f"linzen2016/edinburgh_nlu_wiki/wiki-{s}.txt", "", required=False)
+            for s in ("train", "dev", "test")
+        ),
     ),
 )
 
@@ -46,23 +51,42 @@ class SplitConfig:
 
 @dataclass
 class AgreementDataConfig:
+    """``task.agreement.data`` (see :mod:`attnflow.data.linzen` for the two sources)."""
+
     urls: list[str] = field(default_factory=list)
     fetch_full_tsv: bool = MISSING  # the full TSV is hundreds of MB
-    split: SplitConfig = field(default_factory=SplitConfig)
-    dedupe: bool = MISSING
+    source: str = MISSING  # natural | pooled
+    extra_train: list[str] = field(default_factory=list)  # numpred files added to natural training
+    split: SplitConfig = field(default_factory=SplitConfig)  # pooled only
+    dedupe: bool = MISSING  # pooled only
     min_count: int = MISSING
+
+
+@dataclass
+class TeacherConfig:
+    """The LSTM teacher of online distillation (:class:`attnflow.models.LSTMConfig`)."""
+
+    embedding_dim: int = MISSING
+    hidden_size: int = MISSING
+    num_layers: int = MISSING
+    input_dropout: float = MISSING
+    hidden_dropout: float = MISSING
 
 
 @dataclass
 class AgreementModelConfig:
     """The ``task.agreement.model`` block: the fields of :class:`AgreementConfig` the study sets
-    (vocab_size and pad_id come from the prepared vocabulary)."""
+    (vocab_size and pad_id come from the prepared vocabulary), and the teacher's."""
 
     n_layer: int = MISSING
     n_head: int = MISSING
     n_embd: int = MISSING
-    dropout: float = MISSING
+    embd_pdrop: float = MISSING
+    attn_pdrop: float = MISSING
+    resid_pdrop: float = MISSING
+    initializer_range: float = MISSING
     block_size: int = MISSING
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
 
 
 def _prepare(raw: Path, out: Path, data: Any, seed: int) -> dict:
@@ -71,6 +95,8 @@ def _prepare(raw: Path, out: Path, data: Any, seed: int) -> dict:
     return prepare_agreement(
         raw,
         out,
+        source=data.source,
+        extra_train=list(data.extra_train),
         fractions=SplitFractions(**dict(data.split)),
         seed=seed,
         dedupe=data.dedupe,
@@ -83,13 +109,23 @@ def _build_model(model: Any, data_dir: Path) -> tuple[Any, Any]:
     from attnflow.models import AgreementConfig, AgreementTransformer, WordEncoder
 
     vocab = Vocab.load(Path(data_dir) / "vocab.json")
-    settings = asdict(model) if hasattr(model, "__dataclass_fields__") else dict(model)
+    settings = {k: v for k, v in asdict(model).items() if k != "teacher"}
     config = AgreementConfig(vocab_size=len(vocab), pad_id=vocab.pad_id, **settings)
     return AgreementTransformer(config), WordEncoder(vocab, max_length=config.block_size)
 
 
+def _build_teacher(model: Any, data_dir: Path) -> Any:
+    from attnflow.data.vocab import Vocab
+    from attnflow.models import LSTMClassifier, LSTMConfig
+
+    vocab = Vocab.load(Path(data_dir) / "vocab.json")
+    return LSTMClassifier(LSTMConfig(vocab_size=len(vocab), pad_id=vocab.pad_id, **asdict(model.teacher)))
+
+
 def _wants(data: Any, file: FileSpec) -> bool:
-    return data.fetch_full_tsv or not file.relpath.endswith(".tsv")
+    if file.relpath.endswith(".tsv"):
+        return bool(data.fetch_full_tsv)
+    return data.source == "natural" or "edinburgh_nlu_wiki" not in file.relpath
 
 
 AGREEMENT = TaskSpec(
@@ -99,11 +135,13 @@ AGREEMENT = TaskSpec(
     model_config=AgreementModelConfig,
     prepare=_prepare,
     build_model=_build_model,
-    splits=("train", "val", "test"),
+    splits=("train", "val", "test", "attractors"),
     train_split="train",
     val_split="val",
     eval_split="test",
     labels=("singular", "plural"),
     data_files=("train.parquet", "val.parquet", "test.parquet", "vocab.json"),
+    extra_eval_splits=("attractors",),
     wants=_wants,
+    build_teacher=_build_teacher,
 )

@@ -44,6 +44,7 @@ class TaskSpec:
     data_files: tuple[str, ...]  # prepared files a training run depends on (resume fingerprint)
     extra_eval_splits: tuple[str, ...] = ()  # evaluation-only splits also scored after training
     wants: Callable[[Any, FileSpec], bool] = lambda data, file: True  # optional files to fetch
+    build_teacher: Callable[[Any, Path], Any] | None = None  # (model_cfg, data_dir) -> teacher, if any
 
     def split_file(self, data_dir: Path, split: str) -> Path:
         if split not in self.splits:

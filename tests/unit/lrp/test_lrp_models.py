@@ -24,7 +24,7 @@ VOCAB = 30
 def tiny(name):
     torch.manual_seed(0)
     if name == "agreement":
-        config = AgreementConfig(vocab_size=VOCAB, block_size=16, n_layer=2, n_head=2, n_embd=16, dropout=0.1)
+        config = AgreementConfig(vocab_size=VOCAB, block_size=16, n_layer=2, n_head=2, n_embd=16)
         return AgreementTransformer(config).eval()
     if name == "bert":
         config = BertConfig(

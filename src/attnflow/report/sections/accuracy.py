@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from attnflow.capture import accuracy
+from attnflow.metrics.accuracy import labelled_accuracy
 
 from ..context import Context
 from ..document import Block, Heading, Paragraph, Table
@@ -22,7 +22,7 @@ def section(ctx: Context) -> None:
         m, s = got.train_metrics or {}, got.samples
         captured = None
         if s is not None and (s["label"] >= 0).any():
-            captured = f"{accuracy(s):.3f} (n={int((s['label'] >= 0).sum())})"
+            captured = f"{labelled_accuracy(s['label'], s['pred']):.3f} (n={int((s['label'] >= 0).sum())})"
         if not m and captured is None:
             continue
         keys = ("eval_split", "accuracy")
@@ -52,11 +52,24 @@ def section(ctx: Context) -> None:
 
 
 def _attractors(task: str, m: Mapping) -> list[Block]:
-    by_attr = m.get("accuracy_by_attractors") or {}
-    if not by_attr:
-        return []
-    n_by = m.get("n_by_attractors") or {}
-    keys = sorted(by_attr, key=lambda k: (not str(k).isdigit(), int(k) if str(k).isdigit() else 0))
-    rows = [[str(k), fmt(n_by.get(k)), fmt(by_attr[k])] for k in keys]
-    caption = f"{task}: accuracy by number of attractors ({fmt(m.get('eval_split'))})"
-    return [Table(Grid(header=["attractors", "n", "accuracy"], rows=rows, caption=caption))]
+    """Accuracy per attractor count, on the eval split (when its counts are known) and on each
+    evaluation-only set (Linzen et al.'s figure); the teacher's accuracy when there is one."""
+    blocks: list[Block] = []
+    sets = {m.get("eval_split"): m, **m.get("extra_eval", {})}
+    for split, entry in sets.items():
+        by_attr = {k: v for k, v in (entry.get("accuracy_by_attractors") or {}).items() if k != "unknown"}
+        if not by_attr:
+            continue
+        n_by = entry.get("n_by_attractors") or {}
+        rows = [[str(k), fmt(n_by.get(k)), fmt(by_attr[k])] for k in sorted(by_attr, key=int)]
+        caption = f"{task}: accuracy by number of attractors ({split})"
+        blocks.append(Table(Grid(header=["attractors", "n", "accuracy"], rows=rows, caption=caption)))
+    if teacher := m.get("teacher"):
+        blocks.append(
+            Paragraph(
+                f"{task}: the LSTM teacher (online distillation) reaches {fmt(teacher.get('accuracy'))} on "
+                f"{m.get('eval_split')} (validation {fmt(teacher.get('val_accuracy'))}); the student, which the "
+                f"study explains, {fmt(m.get('accuracy'))}."
+            )
+        )
+    return blocks

@@ -160,6 +160,11 @@ RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("correlate.n_boot", _at_least(0), "must be >= 0"),
     ("correlate.ci", lambda x: 0 < x < 1, "must lie in (0, 1)"),
     ("report.n_examples", _at_least(0), "must be >= 0"),
+    ("task.*.faithfulness.n_samples", _at_least(1), "must be >= 1"),
+    ("faithfulness.layers.*", _at_least(1), "layers are 1-based"),
+    ("faithfulness.top_k", _at_least(1), "must be >= 1"),
+    ("faithfulness.batch_size", _at_least(1), "must be >= 1"),
+    ("faithfulness.n_boot", _at_least(0), "must be >= 0"),
 ]
 
 
@@ -193,6 +198,8 @@ def _lookup(tree: Any, parts: list[str], prefix: str = ""):
         yield prefix.rstrip("."), tree
         return
     head, rest = parts[0], parts[1:]
+    if isinstance(tree, list) and head == "*":  # every element of a list
+        tree = {str(i): v for i, v in enumerate(tree)}
     if not isinstance(tree, dict):
         return
     keys = [k for k in tree if fnmatchcase(str(k), head)]  # "*" and patterns like "*_pdrop"

@@ -22,9 +22,9 @@ from hydra.experimental.callback import Callback
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
-from pipelines import _config, attribute, capture, correlate, download, explain, prepare, train
+from pipelines import _config, attribute, capture, correlate, download, explain, faithfulness, prepare, train
 
-TASK_STAGES = (download, prepare, train, capture, explain, attribute, correlate)
+TASK_STAGES = (download, prepare, train, capture, explain, attribute, correlate, faithfulness)
 ERROR_FILE = "error.txt"  # a failed job writes its traceback here, in its own folder
 
 

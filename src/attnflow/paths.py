@@ -88,6 +88,20 @@ class StudyPaths:
     def curves(self, task: str) -> Path:
         return self.reports / task / "curves"
 
+    def faithfulness(self, task: str) -> Path:
+        """Faithfulness scores: one tidy row per (method, layer, metric)."""
+        return self.reports / task / "faithfulness.parquet"
+
+    def perturbation_curves(self, task: str) -> Path:
+        return self.reports / task / "perturbation_curves.parquet"
+
+    def method_agreement(self, task: str) -> Path:
+        """Kendall tau and top-k overlap between every pair of methods, per layer."""
+        return self.reports / task / "method_agreement.parquet"
+
+    def faithfulness_metrics(self, task: str) -> Path:
+        return self.reports / task / "faithfulness.json"
+
     @property
     def sweep(self) -> Path:
         """Seed sweeps: every finished job's correlation table, stacked (``pipelines.study``)."""

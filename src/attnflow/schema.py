@@ -90,6 +90,11 @@ class CaptureTaskConfig:
 
 
 @dataclass
+class FaithfulnessTaskConfig:
+    n_samples: int = MISSING  # captured samples perturbed (a seeded subset; all when larger)
+
+
+@dataclass
 class TaskConfig:
     """``task.<name>``: everything the study sets per task (``conf/task/<name>.yaml``)."""
 
@@ -97,6 +102,7 @@ class TaskConfig:
     model: Any = MISSING  # typed by TaskSpec.model_config
     train: TrainConfig = field(default_factory=TrainConfig)
     capture: CaptureTaskConfig = field(default_factory=CaptureTaskConfig)
+    faithfulness: FaithfulnessTaskConfig = field(default_factory=FaithfulnessTaskConfig)
     rows: str = MISSING  # which row of each layer's map explains the input
     gradient_target: str = MISSING
     gradient_class: str = MISSING
@@ -146,6 +152,17 @@ class CorrelateConfig:
 
 
 @dataclass
+class FaithfulnessConfig:
+    """``faithfulness``: perturbation tests of every method (the samples: task.<name>.faithfulness)."""
+
+    layers: list[int] = field(default_factory=list)  # 1-based; empty: every layer; the last is always in
+    removal: str = MISSING  # delete | pad | unk | mask
+    top_k: int = MISSING  # agreement between methods: top-k overlap size
+    batch_size: int = MISSING
+    n_boot: int = MISSING
+
+
+@dataclass
 class ReportConfig:
     n_examples: int = MISSING
     examples: list[str] = field(default_factory=list)
@@ -168,6 +185,7 @@ class StudyConfig:
     explain: ExplainConfig = field(default_factory=ExplainConfig)
     attribution: AttributionConfig = field(default_factory=AttributionConfig)
     correlate: CorrelateConfig = field(default_factory=CorrelateConfig)
+    faithfulness: FaithfulnessConfig = field(default_factory=FaithfulnessConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     study: str = MISSING
@@ -193,4 +211,5 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "attribution.gradient_reduction": ("abs_sum", "l2", "grad_x_input"),
     "correlate.spearman": ("average", "dense_noties"),
     "correlate.undefined": ("zero", "nan"),
+    "faithfulness.removal": ("delete", "pad", "unk", "mask"),
 }

@@ -155,6 +155,15 @@ def test_every_stage_runs_and_writes_its_outputs(tiny_study):
         assert metrics["blank_out"]["flow"]["L1"]["mean"] == pytest.approx(
             main.query("importance == 'blank_out' and method == 'flow' and layer == 1")["mean"].item()
         )
+        faith = pd.read_parquet(root / "reports" / task / "faithfulness.parquet")
+        methods = {"raw", "rollout", "flow", "chefer", "chefer_lrp", "blank_out", "input_gradients", "random"}
+        assert set(faith["method"]) == methods and set(faith["metric"]) >= {
+            "comprehensiveness",
+            "sufficiency",
+        }
+        assert faith[faith["layer"].notna()]["layer"].max() == 2 and faith["n"].max() == n
+        pairs = pd.read_parquet(root / "reports" / task / "method_agreement.parquet")
+        assert {"kendall_tau", "top_k_overlap"} == set(pairs["metric"])
         train_metrics = json.loads((root / "reports" / task / "train_metrics.json").read_text())
         if task == "agreement":  # distilled; the attractor files scored as an evaluation-only set
             assert 0 <= train_metrics["teacher"]["accuracy"] <= 1
@@ -171,13 +180,25 @@ def test_every_stage_runs_and_writes_its_outputs(tiny_study):
     assert set(metrics) == {"agreement", "sst2"}
     report_md = (root / "reports" / "report.md").read_text()
     assert "### Table 1" in report_md and "Sensitivity to the correlation's hidden choices" in report_md
+    assert (
+        "Faithfulness beyond rank correlation" in report_md and "figures/perturbation_sst2.png" in report_md
+    )
 
     import mlflow
 
     mlflow.set_tracking_uri(cfg.tracking.uri)
     runs = mlflow.search_runs(experiment_names=[cfg.tracking.experiment])
     stages = set(zip(runs["tags.stage"], runs["tags.dataset"], strict=True))
-    for stage in ("download", "prepare", "train", "capture", "explain", "attribute", "correlate"):
+    for stage in (
+        "download",
+        "prepare",
+        "train",
+        "capture",
+        "explain",
+        "attribute",
+        "correlate",
+        "faithfulness",
+    ):
         assert {(stage, "agreement"), (stage, "sst2")} <= stages
     assert (runs["status"] == "FINISHED").all()
     assert "metrics.corr/blank_out/flow/L1" in runs.columns

@@ -24,11 +24,14 @@ __all__ = [
     "COLUMNS",
     "CONFIGURED",
     "SENSITIVITY",
+    "at_last_layer",
     "configured",
     "correlation_frame",
     "curves_frame",
+    "faithfulness_tree",
     "metrics_tree",
     "sensitivity_frame",
+    "summary_frame",
 ]
 
 COLUMNS = (
@@ -139,3 +142,38 @@ def _plain(x: Any) -> Any:
     if x is pd.NA or x is None:
         return None
     return int(x) if isinstance(x, np.integer | int) and not isinstance(x, bool) else float(x)
+
+
+def summary_frame(
+    values: pd.DataFrame, by: Sequence[str], *, n_boot: int = 1000, ci: float = 0.95, seed: int = 0
+) -> pd.DataFrame:
+    """Per group of ``by``: mean, std, bootstrap CI of the mean and n of the ``value`` column
+    (one value per sample, nan skipped; see :func:`attnflow.metrics.summarize`).
+
+    >>> df = pd.DataFrame({"method": ["a", "a", "b"], "value": [0.5, 1.0, np.nan]})
+    >>> summary_frame(df, ["method"], n_boot=0)[["method", "mean", "n"]].to_dict("records")
+    [{'method': 'a', 'mean': 0.75, 'n': 2}, {'method': 'b', 'mean': nan, 'n': 0}]
+    """
+    from .summarize import summarize
+
+    rows = []
+    for key, group in values.groupby(list(by), sort=False, dropna=False):
+        stats = summarize(group["value"].to_numpy(dtype=np.float64)[:, None], n_boot=n_boot, ci=ci, seed=seed)
+        key = key if isinstance(key, tuple) else (key,)
+        rows.append({**dict(zip(by, key, strict=True)), **{k: _plain(v[0]) for k, v in stats.items()}})
+    return pd.DataFrame(rows, columns=[*by, "mean", "std", "ci_low", "ci_high", "n"])
+
+
+def at_last_layer(scores: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the last layer, and those without a layer (reference rankings)."""
+    last = scores["layer"].max()
+    return scores[scores["layer"].isna() | (scores["layer"] == last)]
+
+
+def faithfulness_tree(scores: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """``{method: {metric: mean}}`` at the last layer (and the references): what ``dvc metrics
+    show`` prints and MLflow logs (nothing reads it back)."""
+    out: dict[str, dict[str, float]] = {}
+    for r in at_last_layer(scores).itertuples():
+        out.setdefault(r.method, {})[r.metric] = _plain(r.mean)
+    return out

@@ -23,7 +23,9 @@ __all__ = [
     "plot_attention_graph",
     "plot_curves",
     "plot_head_correlations",
+    "plot_layer_scores",
     "plot_maps",
+    "plot_perturbation_curves",
     "save_figure",
 ]
 
@@ -199,4 +201,45 @@ def plot_attention_graph(
     ax.set_title(f"attention graph (heads: {heads}, residual {residual:g})", fontsize=9)
     for spine in ax.spines.values():
         spine.set_visible(False)
+    return fig
+
+
+def plot_perturbation_curves(curves: Any, *, title: str = "") -> Figure:
+    """Most- and least-relevant-first curves (Chefer et al.'s fractions) at the last layer: the
+    predicted class's mean probability as tokens are removed, one line per ranking."""
+    fig = Figure(figsize=(9.5, 3.6), layout="constrained")
+    axes = fig.subplots(1, 2)
+    last = curves["layer"].max()
+    rows = curves[curves["layer"].isna() | (curves["layer"] == last)]
+    for ax, protocol, name in zip(
+        axes, ("positive", "negative"), ("most relevant first", "least relevant first"), strict=True
+    ):
+        for method, r in rows[rows["protocol"] == protocol].groupby("method", sort=False):
+            style = ":" if method == "random" else "--" if r["layer"].isna().all() else "-"
+            ax.plot(r["fraction"], r["prob"], style, marker="o", ms=3, color=COLORS.get(method), label=method)
+        ax.set(xlabel="fraction of tokens removed", ylabel="p(predicted class)", title=name)
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def plot_layer_scores(scores: Any, metric: str, *, title: str = "") -> Figure:
+    """One faithfulness score per layer for each method; references and the random floor as lines."""
+    fig = Figure(figsize=(5.5, 3.6), layout="constrained")
+    ax = fig.add_subplot()
+    rows = scores[scores["metric"] == metric]
+    for method, r in rows[rows["layer"].notna()].groupby("method", sort=False):
+        r = r.sort_values("layer")
+        ax.plot(r["layer"].astype(int), r["mean"], "-o", ms=3.5, color=COLORS.get(method), label=method)
+    for r in rows[rows["layer"].isna()].itertuples():
+        ax.axhline(r.mean, linestyle=":" if r.method == "random" else "--", color="#777", linewidth=1)
+        ax.annotate(
+            r.method, (1, r.mean), xycoords=("axes fraction", "data"), fontsize=6, ha="right", va="bottom"
+        )
+    ax.set(xlabel="layer", ylabel=metric, title=title)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
     return fig

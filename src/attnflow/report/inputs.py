@@ -40,6 +40,9 @@ def input_paths(task: str, paths: StudyPaths) -> dict[str, Path]:
         "data_summary": paths.data_summary(task),
         "samples": paths.samples(task),
         "maps": paths.maps(task),
+        "faithfulness": paths.faithfulness(task),
+        "curves": paths.perturbation_curves(task),
+        "agreement": paths.method_agreement(task),
     }
 
 
@@ -51,6 +54,11 @@ class TaskInputs:
     data_summary: dict[str, Any] | None = None
     samples: pd.DataFrame | None = None
     maps: dict[str, list[np.ndarray]] | None = None  # aligned with samples' rows
+    faithfulness: pd.DataFrame | None = (
+        None  # per (method, layer, metric): mean, CI (attribution.faithfulness)
+    )
+    curves: pd.DataFrame | None = None  # mean perturbation curves
+    agreement: pd.DataFrame | None = None  # Kendall tau / top-k overlap between methods
     missing: list[str] = field(default_factory=list)  # paths not found
     problems: list[str] = field(default_factory=list)  # files found but unreadable
 
@@ -61,6 +69,9 @@ _READERS = {
     "data_summary": read_json,
     "samples": read_parquet,
     "maps": lambda p: load_ragged(p, with_ids=True),
+    "faithfulness": read_parquet,
+    "curves": read_parquet,
+    "agreement": read_parquet,
 }
 
 

@@ -43,6 +43,7 @@ class TaskSpec:
     labels: tuple[str, ...]  # class names by index
     data_files: tuple[str, ...]  # prepared files a training run depends on (resume fingerprint)
     extra_eval_splits: tuple[str, ...] = ()  # evaluation-only splits also scored after training
+    special_positions: tuple[int, ...] = (0,)  # never perturbed: CLS (0) and, for BERT inputs, SEP (-1)
     wants: Callable[[Any, FileSpec], bool] = lambda data, file: True  # optional files to fetch
     build_teacher: Callable[[Any, Path], Any] | None = None  # (model_cfg, data_dir) -> teacher, if any
 

@@ -63,4 +63,5 @@ SST2 = TaskSpec(
     eval_split="dev",
     labels=("negative", "positive"),
     data_files=("train.parquet", "dev.parquet"),
+    special_positions=(0, -1),  # [CLS] ... [SEP]
 )

@@ -1,6 +1,17 @@
 """The report's sections, in order: each ``section(ctx)`` adds its blocks to the context."""
 
-from . import accuracy, curves, findings, heads, maps, overview, paper_tables, seeds, sensitivity
+from . import (
+    accuracy,
+    curves,
+    faithfulness,
+    findings,
+    heads,
+    maps,
+    overview,
+    paper_tables,
+    seeds,
+    sensitivity,
+)
 
 SECTIONS = (
     overview.section,
@@ -9,6 +20,7 @@ SECTIONS = (
     sensitivity.section,
     curves.section,
     heads.section,
+    faithfulness.section,
     maps.section,
     seeds.section,
     findings.section,

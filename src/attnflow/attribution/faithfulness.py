@@ -1,0 +1,228 @@
+"""Faithfulness of many rankings over ragged samples: what the study's ``faithfulness`` stage runs.
+
+Each ranking (an explanation method at one layer, a reference importance score, or the seeded
+random floor) goes through four perturbation protocols of :func:`perturbation_curve`:
+
+    comprehensiveness   remove the top-ranked q of the tokens, q in ferret's 0.1 .. 1.0 (floor)
+    sufficiency         keep only the top-ranked q                                       (floor)
+    positive            remove the most relevant first, Chefer's {0, .25, ..., 1}        (ceil)
+    negative            remove the least relevant first, Chefer's fractions             (ceil)
+
+and yields per sample: AOPC comprehensiveness (higher = more faithful) and sufficiency (lower),
+the areas under the positive (lower) and negative (higher) curves of the predicted class's
+probability and of the accuracy. Samples of similar length are padded together; every perturbed
+copy of a batch goes through the model in chunks of ``batch_size``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from attnflow.batches import length_batches, pad_batch
+from attnflow.metrics.faithfulness import aopc_comprehensiveness, aopc_sufficiency, perturbation_auc
+
+from .perturbation import CHEFER_FRACTIONS, FERRET_FRACTIONS, perturbation_curve, random_scores
+
+__all__ = [
+    "HIGHER_IS_BETTER",
+    "PROTOCOLS",
+    "RANDOM",
+    "FaithfulnessResult",
+    "faithfulness_samples",
+    "faithfulness_study",
+    "study_rankings",
+]
+
+# protocol -> (perturbation_curve mode, fractions, rounding)
+PROTOCOLS: dict[str, tuple[str, tuple[float, ...], str]] = {
+    "comprehensiveness": ("positive", FERRET_FRACTIONS, "floor"),
+    "sufficiency": ("sufficiency", FERRET_FRACTIONS, "floor"),
+    "positive": ("positive", CHEFER_FRACTIONS, "ceil"),
+    "negative": ("negative", CHEFER_FRACTIONS, "ceil"),
+}
+# the per-sample scores, and whether a higher value means a more faithful ranking
+HIGHER_IS_BETTER = {
+    "comprehensiveness": True,
+    "sufficiency": False,
+    "auc_positive": False,
+    "auc_positive_accuracy": False,
+    "auc_negative": True,
+    "auc_negative_accuracy": True,
+}
+RANDOM = "random"  # the name of the seeded random ranking
+
+
+def _scores(protocol: str, curve: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    if protocol == "comprehensiveness":
+        return {"comprehensiveness": aopc_comprehensiveness(curve["clean_prob"], curve["prob"], curve["k"])}
+    if protocol == "sufficiency":
+        return {"sufficiency": aopc_sufficiency(curve["clean_prob"], curve["prob"], curve["k"])}
+    q = curve["fractions"]
+    return {
+        f"auc_{protocol}": perturbation_auc(curve["prob"], q),
+        f"auc_{protocol}_accuracy": perturbation_auc(curve["correct"].astype(np.float64), q),
+    }
+
+
+def faithfulness_samples(
+    model: Any,
+    input_ids: Sequence[Sequence[int]],
+    rankings: Mapping[tuple[str, int | None], Sequence[np.ndarray]],
+    *,
+    sample_ids: Sequence[int],
+    random_seed: int | None = 0,
+    pad_id: int = 0,
+    keep_positions: Sequence[int] = (0,),
+    replace_id: int | None = None,
+    batch_size: int = 256,
+    samples_per_batch: int = 64,
+    device: str | torch.device = "cpu",
+    progress: bool = False,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per-sample faithfulness scores and mean perturbation curves of every ranking.
+
+    ``rankings[(method, layer)]``: one (T_i,) score vector per sample (higher = more important;
+    layer None for a reference score); with ``random_seed`` the seeded random floor is added as
+    ``(RANDOM, None)`` (each sample's ranking depends on (seed, sample_id) only). ``replace_id`` None
+    deletes tokens; else they are replaced by it (a PAD is also masked). ``keep_positions`` are
+    never removed (CLS; -1 for a final SEP).
+
+    Returns ``scores`` (columns method, layer, sample_id, metric, value) and ``curves`` (method,
+    layer, protocol, fraction, prob, accuracy: means over samples); layer is a nullable int.
+    """
+    from tqdm.auto import tqdm
+
+    rows = [np.asarray(r) for r in input_ids]
+    if not rows:
+        raise ValueError("no samples to perturb")
+    for key, per_sample in rankings.items():
+        if [len(s) for s in per_sample] != [len(r) for r in rows]:
+            raise ValueError(f"ranking {key!r}: one score per token of each sample is needed")
+    keys = [*rankings, *([(RANDOM, None)] if random_seed is not None else [])]
+    ids_all = np.asarray(sample_ids)
+    scores, curve_parts = [], []
+    batches = length_batches([len(r) for r in rows], samples_per_batch)
+    for idx in tqdm(batches, desc="faithfulness", disable=not progress, leave=False):
+        ids, mask = pad_batch([rows[i] for i in idx], pad_id)
+        ids, mask = ids.to(device), mask.to(device)
+        for key in keys:
+            if key == (RANDOM, None):
+                ranking = random_scores(mask, seed=random_seed, sample_index=ids_all[idx])
+            else:
+                ranking = torch.zeros(ids.shape, dtype=torch.float64, device=device)
+                for row, i in enumerate(idx):
+                    ranking[row, : len(rows[i])] = torch.as_tensor(
+                        np.asarray(rankings[key][i], dtype=np.float64)
+                    )
+            for protocol, (mode, fractions, rounding) in PROTOCOLS.items():
+                curve = perturbation_curve(
+                    model, ids, mask, ranking, mode=mode, fractions=fractions, rounding=rounding,
+                    replace_id=replace_id, pad_id=pad_id, keep_positions=keep_positions, batch_size=batch_size,
+                )  # fmt: skip
+                for metric, values in _scores(protocol, curve).items():
+                    scores.append(
+                        pd.DataFrame(
+                            {
+                                "method": key[0],
+                                "layer": key[1],
+                                "sample_id": ids_all[idx],
+                                "metric": metric,
+                                "value": values,
+                            }
+                        )
+                    )
+                curve_parts.append(
+                    pd.DataFrame({
+                        "method": key[0],
+                        "layer": key[1],
+                        "protocol": protocol,
+                        "fraction": np.tile(curve["fractions"], len(idx)),
+                        "prob": curve["prob"].ravel(),
+                        "accuracy": curve["correct"].astype(np.float64).ravel(),
+                    })
+                )  # fmt: skip
+    curves = pd.concat(curve_parts, ignore_index=True).astype({"layer": "Int64"})
+    curves = curves.groupby(["method", "layer", "protocol", "fraction"], sort=False, dropna=False)[
+        ["prob", "accuracy"]
+    ].mean()
+    return pd.concat(scores, ignore_index=True).astype({"layer": "Int64"}), curves.reset_index()
+
+
+def study_rankings(
+    maps: Mapping[str, Sequence[np.ndarray]],
+    importance: Mapping[str, Sequence[np.ndarray]],
+    *,
+    layers: Sequence[int] = (),
+) -> dict[tuple[str, int | None], list[np.ndarray]]:
+    """The rankings the study tests: each method at each 1-based layer of ``layers`` (empty: all;
+    the last layer is always added) from its (L, T_i) maps, and each importance score (layer None).
+
+    >>> maps = {"flow": [np.array([[0.2, 0.8], [0.6, 0.4]])]}
+    >>> sorted(study_rankings(maps, {"blank_out": [np.array([0.0, 1.0])]}, layers=[1]), key=str)
+    [('blank_out', None), ('flow', 1), ('flow', 2)]
+    """
+    n_layers = next(iter(maps.values()))[0].shape[0] if maps else 0
+    chosen = sorted({*(layers or range(1, n_layers + 1)), n_layers}) if n_layers else []
+    if bad := [k for k in chosen if not 1 <= k <= n_layers]:
+        raise ValueError(f"layers {bad} out of range: the maps have {n_layers} layers (1-based)")
+    out: dict[tuple[str, int | None], list[np.ndarray]] = {
+        (m, k): [a[k - 1] for a in per_sample] for m, per_sample in maps.items() for k in chosen
+    }
+    out.update({(name, None): list(values) for name, values in importance.items()})
+    return out
+
+
+@dataclass
+class FaithfulnessResult:
+    """Tidy tables: ``scores`` (method, layer, metric, mean, std, ci_low, ci_high, n), ``curves``
+    (method, layer, protocol, fraction, prob, accuracy) and ``agreement`` (every pair of methods
+    per layer: Kendall tau and top-k overlap, see :func:`attnflow.metrics.agreement_table`)."""
+
+    scores: pd.DataFrame
+    curves: pd.DataFrame
+    agreement: pd.DataFrame
+
+
+def faithfulness_study(
+    model: Any,
+    input_ids: Sequence[Sequence[int]],
+    maps: Mapping[str, Sequence[np.ndarray]],
+    importance: Mapping[str, Sequence[np.ndarray]],
+    *,
+    sample_ids: Sequence[int],
+    n_samples: int,
+    layers: Sequence[int] = (),
+    seed: int = 0,
+    top_k: int = 3,
+    n_boot: int = 1000,
+    **perturbation: Any,
+) -> FaithfulnessResult:
+    """The study's faithfulness analysis of one task.
+
+    Agreement between methods on every sample; then, on a seeded subset of ``n_samples``, the
+    perturbation tests of every method at the chosen layers (:func:`study_rankings`), of each
+    importance score and of the seeded random floor, summarised per (method, layer, metric) with
+    bootstrap CIs. ``perturbation``: options of :func:`faithfulness_samples` (pad_id,
+    keep_positions, replace_id, batch_size, device, progress).
+    """
+    from attnflow.data.subsets import seeded_split
+    from attnflow.metrics.agreement import agreement_table
+    from attnflow.metrics.tables import summary_frame
+
+    agreement = agreement_table({**maps, **importance}, k=top_k, n_boot=n_boot, seed=seed)
+    chosen, _ = seeded_split(len(input_ids), min(n_samples, len(input_ids)), np.random.default_rng(seed))
+    rankings = {
+        key: [v[i] for i in chosen] for key, v in study_rankings(maps, importance, layers=layers).items()
+    }
+    ids = np.asarray(sample_ids)[chosen]
+    per_sample, curves = faithfulness_samples(
+        model, [input_ids[i] for i in chosen], rankings, sample_ids=ids, random_seed=seed, **perturbation
+    )
+    scores = summary_frame(per_sample, ["method", "layer", "metric"], n_boot=n_boot, seed=seed)
+    return FaithfulnessResult(scores.astype({"layer": "Int64"}), curves, agreement)

@@ -25,6 +25,25 @@ rule, LRP's relevance of each attention map), shaped like attn: see `attnflow.lr
 
 from typing import Any
 
+from .causal import (
+    RECEPTIVE_FIELDS,
+    SINK_CHOICES,
+    SINK_HEAD_SHARE,
+    SINK_MIN_ROWS,
+    SINK_MODES,
+    SINK_SCOPES,
+    SINK_THRESHOLD,
+    causal_flow,
+    causal_rollout,
+    find_sinks,
+    is_causal,
+    normalize_receptive_field,
+    remove_sinks,
+    sink_mode,
+    sink_scores,
+    uniform_attention,
+    uniform_baseline,
+)
 from .flow import attention_flow
 from .heads import head_flow, head_rollout
 from .raw import raw_attention
@@ -43,14 +62,31 @@ __all__ = [
     "CLS_SELF",
     "EXPLAINERS",
     "EXPLAINER_INPUTS",
+    "RECEPTIVE_FIELDS",
+    "SINK_CHOICES",
+    "SINK_HEAD_SHARE",
+    "SINK_MIN_ROWS",
+    "SINK_MODES",
+    "SINK_SCOPES",
+    "SINK_THRESHOLD",
     "Attention",
     "Explainer",
     "attention_flow",
     "attention_rollout",
+    "causal_flow",
+    "causal_rollout",
     "chefer_generic",
     "chefer_lrp",
+    "find_sinks",
     "head_flow",
     "head_rollout",
+    "is_causal",
+    "normalize_receptive_field",
     "raw_attention",
+    "remove_sinks",
     "select_rows",
+    "sink_mode",
+    "sink_scores",
+    "uniform_attention",
+    "uniform_baseline",
 ]

@@ -12,6 +12,8 @@ like attn (what a pipeline must capture besides attn; `attnflow.lrp.lrp_relevanc
 - "raw": head-aggregated attention W(l) (no residual: `residual` is validated and ignored).
 - "rollout": Ã(l) = A(l) Ã(l-1), A = (1 - residual) W + residual I; rows sum to 1.
 - "flow": max-flow value from node (l+1, i) to input node (0, j), each row normalised to sum 1.
+  Both also take sinks= / sink_positions= / receptive_field= for causal attention (attention
+  sinks and the receptive-field bias of decoders, `attnflow.explain.causal`); defaults: plain.
 - "chefer": the generic rule of Chefer et al. (ICCV 2021), needs attn_grad (∂ logit / ∂ attn):
   R(l) = R(l-1) + mean_h[(∇A ⊙ A)⁺] R(l-1) from R = I; rows sum to >= 1 (`residual` ignored).
 - "chefer_lrp": Chefer et al. (CVPR 2021), needs attn_grad and attn_relevance (LRP's R(A)):
@@ -29,12 +31,15 @@ like attn (what a pipeline must capture besides attn; `attnflow.lrp.lrp_relevanc
 
 from __future__ import annotations
 
+from attnflow.method_inputs import EXPLAINER_INPUTS as _INPUTS
+
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ._common import check_heads, check_positions, check_residual, prepare, valid_positions
+from .causal import causal_flow, causal_rollout
 from .flow import attention_flow
 from .raw import raw_attention
 from .relevance import _check_options, _companion, _lrp_maps, chefer_generic
@@ -96,10 +101,21 @@ def rollout_map(
     rows: int | list[int] | None = None,
     lengths: Any = None,
     mask: Any = None,
+    sinks: str = "none",
+    sink_positions: Any = "auto",
+    receptive_field: str = "none",
 ) -> Any:
-    """Attention rollout up to every layer, [..., layer, query, key]; rows sum to 1."""
+    """Attention rollout up to every layer, [..., layer, query, key]; rows sum to 1.
+
+    For causal (decoder) attention: sinks ("none", "drop", "diagonal", "auto") at sink_positions
+    ("auto" or explicit) and receptive_field ("none", "column", "uniform"); see
+    `attnflow.explain.causal_rollout`. The defaults are plain rollout."""
     idx = _rows_index(attn, rows, lengths, mask)
-    maps = attention_rollout(attn, residual=residual, heads=heads, lengths=lengths, mask=mask)
+    if sinks == "none" and receptive_field == "none":
+        maps = attention_rollout(attn, residual=residual, heads=heads, lengths=lengths, mask=mask)
+    else:
+        maps = causal_rollout(attn, residual=residual, heads=heads, sinks=sinks, sink_positions=sink_positions,
+                              receptive_field=receptive_field, lengths=lengths, mask=mask)  # fmt: skip
     return _take_rows(maps, idx)
 
 
@@ -111,13 +127,23 @@ def flow_map(
     rows: int | list[int] | None = None,
     lengths: Any = None,
     mask: Any = None,
+    sinks: str = "none",
+    sink_positions: Any = "auto",
+    receptive_field: str = "none",
 ) -> Any:
     """Attention flow from (layer l, query i) to input j, each row normalised to sum 1.
 
-    rows=[0] computes the CLS rows only (cost grows with the number of rows)."""
+    rows=[0] computes the CLS rows only (cost grows with the number of rows). sinks,
+    sink_positions and receptive_field as in `rollout_map` (see `attnflow.explain.causal_flow`)."""
     idx = _rows_index(attn, rows, lengths, mask)
     sources = None if idx is None else idx.tolist()
-    return attention_flow(attn, residual=residual, heads=heads, sources=sources, lengths=lengths, mask=mask)
+    if sinks == "none" and receptive_field == "none":
+        return attention_flow(
+            attn, residual=residual, heads=heads, sources=sources, lengths=lengths, mask=mask
+        )
+    return causal_flow(attn, residual=residual, heads=heads, sources=sources, sinks=sinks,
+                       sink_positions=sink_positions, receptive_field=receptive_field, lengths=lengths,
+                       mask=mask)  # fmt: skip
 
 
 def chefer_map(
@@ -177,10 +203,6 @@ EXPLAINERS: dict[str, Explainer] = {
 
 # The inputs each method needs besides attn, as keyword arguments shaped like attn:
 # attn_grad = ∂ logit[target] / ∂ attn; attn_relevance = LRP relevance R(A) of each attention map.
-EXPLAINER_INPUTS: dict[str, tuple[str, ...]] = {
-    "raw": (),
-    "rollout": (),
-    "flow": (),
-    "chefer": ("attn_grad",),
-    "chefer_lrp": ("attn_grad", "attn_relevance"),
-}
+# What each method needs beside attn: attnflow.method_inputs (light, so configs validate without
+# importing the solvers); EXPLAINERS must hold exactly its names.
+EXPLAINER_INPUTS = _INPUTS

@@ -20,6 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from attnflow.batches import length_batches
+from attnflow.data.subsets import seeded_split
 
 __all__ = [
     "CLASS_INPUTS",
@@ -117,7 +118,7 @@ def select_samples(frame: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
                 f"{n} samples asked for, the split has only {len(frame)}: using all of them", stacklevel=2
             )
         return frame.assign(sample_id=np.arange(len(frame))).reset_index(drop=True)
-    index = np.sort(np.random.default_rng(seed).choice(len(frame), size=n, replace=False))
+    index, _ = seeded_split(len(frame), n, np.random.default_rng(seed))
     return frame.iloc[index].assign(sample_id=index).reset_index(drop=True)
 
 

@@ -12,10 +12,12 @@ import pytest
 
 from attnflow.io import load_ragged
 from attnflow.metrics.tables import COLUMNS
+from attnflow.paths import StudyPaths
 from pipelines import _config, compose
 from pipelines import study as study_entry
 from tests._tiny import make_tiny_bert
 
+PATHS = _config.compose().paths  # the study's layout (conf/paths)
 WORDS = ["the", "dog", "dogs", "cat", "cats", "near", "of", "big", "NN", "NNS"]
 
 
@@ -109,28 +111,29 @@ def tiny_study(tmp_path, monkeypatch):
 
 def test_every_stage_runs_and_writes_its_outputs(tiny_study):
     root, cfg = tiny_study
+    paths = StudyPaths.from_config(cfg.paths, root=root)
     study_entry.run(cfg)
     from pipelines import report
 
     report.run(cfg)
 
     for task, n in (("agreement", 6), ("sst2", 12)):
-        samples = pd.read_parquet(root / "outputs" / "capture" / task / "samples.parquet")
+        samples = pd.read_parquet(paths.samples(task))
         assert len(samples) == n
-        attn = load_ragged(root / "outputs" / "capture" / task / "attentions.safetensors")["attn"]
+        attn = load_ragged(paths.attentions(task))["attn"]
         layers, heads = (2, 2)
         for a, length in zip(attn, samples["length"], strict=True):
             assert a.shape == (layers, heads, length, length)
             np.testing.assert_allclose(a.astype(np.float64).sum(-1), 1.0, atol=2e-3)
-        maps = load_ragged(root / "outputs" / "explain" / task / "maps.safetensors")
+        maps = load_ragged(paths.maps(task))
         for method in ("raw", "rollout", "flow", "chefer", "chefer_lrp"):
             assert [m.shape for m in maps[method]] == [(layers, t) for t in samples["length"]]
-        relevance = load_ragged(root / "outputs" / "capture" / task / "relevance.safetensors")
+        relevance = load_ragged(paths.relevance(task))
         assert [a.shape for a in relevance["attn_grad"]] == [a.shape for a in attn]
-        importance = load_ragged(root / "outputs" / "attribute" / task / "importance.safetensors")
+        importance = load_ragged(paths.importance(task))
         assert [len(v) for v in importance["blank_out"]] == samples["length"].tolist()
         assert all(v[0] == 0 for v in importance["blank_out"])  # CLS is never blanked
-        table = pd.read_parquet(root / "reports" / task / "correlations.parquet")
+        table = pd.read_parquet(paths.correlations(task))
         assert list(table.columns) == list(COLUMNS)
         main = table[(table["variant"] == "configured") & table["head"].isna()]
         assert set(main["importance"]) == {"blank_out", "input_gradients"}
@@ -151,20 +154,20 @@ def test_every_stage_runs_and_writes_its_outputs(tiny_study):
         assert authors["mean"].to_dict() == pytest.approx(
             main.set_index(["importance", "method", "layer"])["mean"].to_dict()
         )
-        metrics = json.loads((root / "reports" / task / "correlations.json").read_text())
+        metrics = json.loads(paths.correlations_metrics(task).read_text())
         assert metrics["blank_out"]["flow"]["L1"]["mean"] == pytest.approx(
             main.query("importance == 'blank_out' and method == 'flow' and layer == 1")["mean"].item()
         )
-        faith = pd.read_parquet(root / "reports" / task / "faithfulness.parquet")
+        faith = pd.read_parquet(paths.faithfulness(task))
         methods = {"raw", "rollout", "flow", "chefer", "chefer_lrp", "blank_out", "input_gradients", "random"}
         assert set(faith["method"]) == methods and set(faith["metric"]) >= {
             "comprehensiveness",
             "sufficiency",
         }
         assert faith[faith["layer"].notna()]["layer"].max() == 2 and faith["n"].max() == n
-        pairs = pd.read_parquet(root / "reports" / task / "method_agreement.parquet")
+        pairs = pd.read_parquet(paths.method_agreement(task))
         assert {"kendall_tau", "top_k_overlap"} == set(pairs["metric"])
-        train_metrics = json.loads((root / "reports" / task / "train_metrics.json").read_text())
+        train_metrics = json.loads(paths.train_metrics(task).read_text())
         if task == "agreement":  # distilled; the attractor files scored as an evaluation-only set
             assert 0 <= train_metrics["teacher"]["accuracy"] <= 1
             assert set(train_metrics["extra_eval"]["attractors"]["n_by_attractors"]) == {
@@ -174,11 +177,11 @@ def test_every_stage_runs_and_writes_its_outputs(tiny_study):
                 "4",
                 "5",
             }
-        assert (root / "models" / task / "model").is_dir()
+        assert paths.model(task).is_dir()
 
-    metrics = json.loads((root / "reports" / "metrics.json").read_text())
+    metrics = json.loads((paths.reports / "metrics.json").read_text())
     assert set(metrics) == {"agreement", "sst2"}
-    report_md = (root / "reports" / "report.md").read_text()
+    report_md = (paths.reports / "report.md").read_text()
     assert "### Table 1" in report_md and "Sensitivity to the correlation's hidden choices" in report_md
     assert (
         "Faithfulness beyond rank correlation" in report_md and "figures/perturbation_sst2.png" in report_md
@@ -204,16 +207,19 @@ def test_every_stage_runs_and_writes_its_outputs(tiny_study):
     assert "metrics.corr/blank_out/flow/L1" in runs.columns
 
 
-def test_hydra_sweep_runs_each_seed_and_aggregates(tmp_path):
-    """`python -m pipelines.study -m seed=0,1`: one job per seed in its own folder, then the aggregate."""
+@pytest.mark.slow
+def test_hydra_sweep_runs_each_seed_and_aggregates_the_finished_jobs(tmp_path):
+    """`python -m pipelines.study -m seed=0,1,-1`: one job per seed in its own folder; the job with a
+    bad seed fails, the others finish and are aggregated, the failed one is named with its error."""
     import subprocess
     import sys
 
     mirror = _write_mirror(tmp_path / "mirror")
     root = Path(__file__).resolve().parents[2]
     overrides = [
-        "seed=0,1",
+        "seed=0,1,-1",
         "tasks=[agreement]",
+        "explain.methods=[raw,rollout,flow]",
         f"data.mirrors=[{mirror}]",
         "task.agreement.data.urls=[]",
         "task.agreement.model.n_layer=2",
@@ -242,17 +248,20 @@ def test_hydra_sweep_runs_each_seed_and_aggregates(tmp_path):
         text=True,
         timeout=600,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    jobs = sorted(p.name for p in (tmp_path / "multirun").iterdir() if p.is_dir())
-    assert jobs == ["0", "1"]
-    jobs_file = json.loads((tmp_path / "reports" / "sweep" / "jobs.json").read_text())
-    assert jobs_file["seeds"] == [0, 1] and jobs_file["failed"] == []
-    stacked = pd.read_csv(tmp_path / "reports" / "sweep" / "correlations.csv")
+    assert done.returncode != 0 and "1 job(s) failed, aggregated the others: job 2 (seed=-1" in done.stderr
+    jobs = sorted(p.name for p in (tmp_path / "multirun").iterdir() if p.is_dir() and (p / "params.yaml").exists())
+    sweep_paths = StudyPaths.from_config(PATHS, root=tmp_path)
+    jobs_file = json.loads(sweep_paths.sweep_jobs.read_text())
+    assert jobs_file["seeds"] == [0, 1]
+    (failed,) = jobs_file["failed"]
+    assert failed["job"] == "2" and "seed=-1: must be >= 0" in failed["error"]
+    jobs = ["0", "1"]
+    stacked = pd.read_csv(sweep_paths.sweep)
     cell = stacked.query(
         "importance == 'blank_out' and method == 'flow' and layer == 1 and variant == 'configured'"
     )
     per_seed = [
-        pd.read_parquet(tmp_path / "multirun" / j / "reports" / "agreement" / "correlations.parquet")
+        pd.read_parquet(StudyPaths.from_config(PATHS, root=tmp_path / "multirun" / j).correlations("agreement"))
         .query("importance == 'blank_out' and method == 'flow' and layer == 1 and variant == 'configured'")[
             "mean"
         ]
@@ -261,3 +270,32 @@ def test_hydra_sweep_runs_each_seed_and_aggregates(tmp_path):
     ]
     assert sorted(cell["mean"].round(12)) == sorted(round(m, 12) for m in per_seed)
     assert sorted(cell["seed"]) == [0, 1]
+
+
+@pytest.mark.slow
+def test_the_cluster_code_path_runs_through_submitit_local(tmp_path):
+    """`hydra/launcher=submitit_local`: the submitit code path a SLURM cluster uses (jobs pickled and
+    run by submitit in their own processes), on the real mirror and a tiny model (issue: hardening)."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    shared = root.parent / "shared" / "data"
+    overrides = [
+        "seed=0", "tasks=[agreement]", f"data.mirrors=[{shared}]", "task.agreement.data.urls=[]",
+        "task.agreement.model.n_layer=1", "task.agreement.model.n_head=2", "task.agreement.model.n_embd=16",
+        "task.agreement.train.max_epochs=1", "task.agreement.train.train_subset=300", "trainer.progress_bar=false",
+        "task.agreement.capture.n_samples=4", "task.agreement.faithfulness.n_samples=2", "correlate.n_boot=5",
+        "faithfulness.n_boot=5", "explain.methods=[raw,rollout]", "explain.per_head=false",
+        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"hydra.sweep.dir={tmp_path / 'multirun'}",
+        "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=20",
+    ]  # fmt: skip
+    env = {**__import__("os").environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pipelines.study", "-m", *overrides],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    sweep = StudyPaths.from_config(PATHS, root=tmp_path)
+    assert json.loads(sweep.sweep_jobs.read_text())["seeds"] == [0]
+    assert set(pd.read_csv(sweep.sweep)["method"]) == {"raw", "rollout"}

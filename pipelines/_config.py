@@ -165,6 +165,11 @@ RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("faithfulness.top_k", _at_least(1), "must be >= 1"),
     ("faithfulness.batch_size", _at_least(1), "must be >= 1"),
     ("faithfulness.n_boot", _at_least(0), "must be >= 0"),
+    ("generate.max_new_tokens", _at_least(1), "must be >= 1"),
+    ("generate.ks.*", _at_least(1), "must be >= 1"),
+    ("generate.n_random", _at_least(1), "must be >= 1"),
+    ("generate.methods", _nonempty, "name at least one method"),
+    ("generate.prompts", _nonempty, "give at least one prompt"),
 ]
 
 

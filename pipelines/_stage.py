@@ -47,3 +47,12 @@ def main(run: Callable[[DictConfig, str], None], *, usage: str) -> None:
         run(cfg, task)
     except (TrackingUnavailable, ArtifactError, DataFormatError) as exc:  # said plainly, no traceback
         sys.exit(f"error: {exc}")
+
+
+def main_all(run: Callable[[DictConfig], None]) -> None:
+    """``python -m pipelines.<stage>`` for a stage over the whole study (no task argument)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        run(_config.load())
+    except (_config.ConfigError, TrackingUnavailable, ArtifactError, DataFormatError) as exc:
+        sys.exit(f"error: {exc}")

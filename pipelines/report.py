@@ -20,13 +20,5 @@ def run(cfg: DictConfig) -> None:
             mlrun.log_artifact(path, artifact_path="figures" if path in report.figures else None)
 
 
-def main() -> None:
-    try:
-        cfg = _config.load()
-    except _config.ConfigError as exc:
-        raise SystemExit(f"error: {exc}") from None
-    run(cfg)
-
-
 if __name__ == "__main__":
-    main()
+    _stage.main_all(run)

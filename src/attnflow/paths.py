@@ -103,6 +103,21 @@ class StudyPaths:
         return self.reports / task / "faithfulness.json"
 
     @property
+    def language_model(self) -> Path:
+        """The converted decoder-only LM of the generation study (safetensors + tokenizer)."""
+        return self.models / "lm"
+
+    @property
+    def generation(self) -> Path:
+        """The generation study's tables (shares.parquet, faithfulness.parquet, summary.json)."""
+        return self.reports / "generation"
+
+    @property
+    def generations(self) -> Path:
+        """Every explained generation (M per method and option), for figures and scripts."""
+        return self.explain / "generation"
+
+    @property
     def sweep(self) -> Path:
         """Seed sweeps: every finished job's correlation table, stacked (``pipelines.study``)."""
         return self.reports / "sweep" / "correlations.csv"

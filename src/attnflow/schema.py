@@ -163,6 +163,19 @@ class FaithfulnessConfig:
 
 
 @dataclass
+class GenerateConfig:
+    """``generate``: the generation study on the packaged small LM."""
+
+    max_new_tokens: int = MISSING
+    methods: list[str] = field(default_factory=list)
+    sinks: list[str] = field(default_factory=list)
+    receptive_fields: list[str] = field(default_factory=list)
+    ks: list[int] = field(default_factory=list)
+    n_random: int = MISSING
+    prompts: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
 class ReportConfig:
     n_examples: int = MISSING
     examples: list[str] = field(default_factory=list)
@@ -186,6 +199,7 @@ class StudyConfig:
     attribution: AttributionConfig = field(default_factory=AttributionConfig)
     correlate: CorrelateConfig = field(default_factory=CorrelateConfig)
     faithfulness: FaithfulnessConfig = field(default_factory=FaithfulnessConfig)
+    generate: GenerateConfig = field(default_factory=GenerateConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     study: str = MISSING
@@ -212,4 +226,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "correlate.spearman": ("average", "dense_noties"),
     "correlate.undefined": ("zero", "nan"),
     "faithfulness.removal": ("delete", "pad", "unk", "mask"),
+    "generate.methods": ("raw", "rollout", "flow", "chefer"),
+    "generate.sinks": ("none", "auto", "drop", "diagonal"),
+    "generate.receptive_fields": ("none", "uniform", "column"),
 }

@@ -25,7 +25,13 @@ import pandas as pd
 import torch
 
 from attnflow.batches import length_batches, pad_batch
-from attnflow.metrics.faithfulness import aopc_comprehensiveness, aopc_sufficiency, perturbation_auc
+from attnflow.metrics.faithfulness import (
+    HIGHER_IS_BETTER,
+    RANDOM,
+    aopc_comprehensiveness,
+    aopc_sufficiency,
+    perturbation_auc,
+)
 
 from .perturbation import CHEFER_FRACTIONS, FERRET_FRACTIONS, perturbation_curve, random_scores
 
@@ -46,16 +52,6 @@ PROTOCOLS: dict[str, tuple[str, tuple[float, ...], str]] = {
     "positive": ("positive", CHEFER_FRACTIONS, "ceil"),
     "negative": ("negative", CHEFER_FRACTIONS, "ceil"),
 }
-# the per-sample scores, and whether a higher value means a more faithful ranking
-HIGHER_IS_BETTER = {
-    "comprehensiveness": True,
-    "sufficiency": False,
-    "auc_positive": False,
-    "auc_positive_accuracy": False,
-    "auc_negative": True,
-    "auc_negative_accuracy": True,
-}
-RANDOM = "random"  # the name of the seeded random ranking
 
 
 def _scores(protocol: str, curve: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

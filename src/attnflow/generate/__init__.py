@@ -19,16 +19,7 @@ over the m prompt tokens at each of the l layers, stacked into M [n, m, l]. Here
 torch and transformers are imported inside the functions.
 """
 
-from .explanation import (
-    GenerationExplanation,
-    explain_generation,
-    explain_generation_grid,
-    generation_table,
-    load_generations,
-    save_generations,
-)
-from .faithfulness import Faithfulness, faithfulness, faithfulness_grid, removal_faithfulness
-from .smollm2 import (
+from attnflow.models.smollm2 import (
     SMOLLM2,
     SMOLLM2_GGUF,
     cache_dir,
@@ -38,17 +29,30 @@ from .smollm2 import (
     smollm2_dir,
 )
 
+from .explanation import (
+    GenerationExplanation,
+    explain_generation,
+    explain_generation_grid,
+    generation_table,
+    load_generations,
+    save_generations,
+)
+from .faithfulness import Faithfulness, faithfulness, faithfulness_grid, removal_faithfulness
+from .study import GenerationStudy, generation_study
+
 __all__ = [
     "SMOLLM2",
     "SMOLLM2_GGUF",
     "Faithfulness",
     "GenerationExplanation",
+    "GenerationStudy",
     "cache_dir",
     "convert_gguf",
     "explain_generation",
     "explain_generation_grid",
     "faithfulness",
     "faithfulness_grid",
+    "generation_study",
     "generation_table",
     "load_generations",
     "packaged_gguf",

@@ -9,7 +9,18 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["aopc_comprehensiveness", "aopc_sufficiency", "perturbation_auc"]
+__all__ = ["HIGHER_IS_BETTER", "RANDOM", "aopc_comprehensiveness", "aopc_sufficiency", "perturbation_auc"]
+
+# The study's per-sample faithfulness scores, and whether a higher value means a more faithful ranking
+HIGHER_IS_BETTER = {
+    "comprehensiveness": True,
+    "sufficiency": False,
+    "auc_positive": False,
+    "auc_positive_accuracy": False,
+    "auc_negative": True,
+    "auc_negative_accuracy": True,
+}
+RANDOM = "random"  # the name of the seeded random ranking (the floor)
 
 
 def aopc_comprehensiveness(

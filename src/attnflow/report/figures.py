@@ -22,6 +22,7 @@ __all__ = [
     "COLORS",
     "plot_attention_graph",
     "plot_curves",
+    "plot_generation",
     "plot_head_correlations",
     "plot_layer_scores",
     "plot_maps",
@@ -242,4 +243,27 @@ def plot_layer_scores(scores: Any, metric: str, *, title: str = "") -> Figure:
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
+    return fig
+
+
+def plot_generation(
+    explanations: Mapping[Any, Any], *, method: str = "rollout", extra: str = "chefer"
+) -> Figure:
+    """Generated token x prompt token maps (mean over layers), one column of panels per option
+    ({(sinks, receptive_field): GenerationExplanation}), rows: ``method`` and ``extra``."""
+    options = list(explanations)
+    names = [m for m in (method, extra) if all(m in e.maps for e in explanations.values())]
+    first = next(iter(explanations.values()))
+    fig = Figure(
+        figsize=(4.2 * len(options) + 1, 0.35 * first.n_generated * len(names) + 2.5), layout="constrained"
+    )
+    axes = fig.subplots(len(names), len(options), squeeze=False)
+    for j, option in enumerate(options):
+        e = explanations[option]
+        for i, m in enumerate(names):
+            ax, matrix = axes[i][j], e.matrix(m, "mean")[:, : e.n_prompt]  # (generated, prompt)
+            ax.imshow(matrix, aspect="auto", cmap="Blues", vmin=0.0, vmax=max(float(np.nanmax(matrix)), _EPS))
+            ax.set_yticks(range(e.n_generated), e.generated_tokens, fontsize=6)
+            ax.set_xticks(range(e.n_prompt), e.prompt_tokens, rotation=90, fontsize=6)
+            ax.set_title(f"{m}: sinks {option[0]}, receptive field {option[1]}", fontsize=8)
     return fig

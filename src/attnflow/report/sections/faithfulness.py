@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from attnflow.attribution.faithfulness import HIGHER_IS_BETTER, RANDOM
+from attnflow.metrics.faithfulness import HIGHER_IS_BETTER, RANDOM
 from attnflow.metrics.tables import at_last_layer
 
 from ..context import Context

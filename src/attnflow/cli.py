@@ -40,14 +40,13 @@ class CLIError(Exception):
 
 
 def resolve_device(name: str) -> str:
-    """'auto' -> 'cuda' when a GPU is present, else 'cpu'; 'cuda' without a GPU is an error."""
-    import torch
+    """``--device``: attnflow.devices.resolve_device, its refusal said as a CLI error."""
+    from attnflow.devices import resolve_device as resolve
 
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise CLIError(f"--device {name}: no CUDA GPU is available here (use --device cpu or auto)")
-    return name
+    try:
+        return str(resolve(name))
+    except (ValueError, RuntimeError) as exc:
+        raise CLIError(f"--device {name}: {exc}") from None
 
 
 def parse_formats(text: str) -> list[str]:

@@ -582,12 +582,12 @@ def save_explanations(explanations: Sequence[Explanation], path: str | Path) -> 
     """Write explanations to `path`: ``.json`` (a list of `Explanation.to_dict`) or ``.safetensors``
     (tensor ``"{i}/{method}"`` = map [layer, token] of input i; the rest as JSON in the metadata
     under ``"explanations"``). Written atomically (temporary file, then rename)."""
-    from attnflow.viz import atomic_write
+    from attnflow.io import write_bytes
 
     path = Path(path)
     if path.suffix == ".json":
         text = json.dumps([e.to_dict() for e in explanations], ensure_ascii=False)
-        return atomic_write(path, text.encode("utf-8"))
+        return write_bytes(path, text.encode("utf-8"))
     if path.suffix == ".safetensors":
         from safetensors.numpy import save
 
@@ -602,7 +602,7 @@ def save_explanations(explanations: Sequence[Explanation], path: str | Path) -> 
             d.pop("maps")
             d["methods"] = list(e.maps)
             rest.append(d)
-        return atomic_write(
+        return write_bytes(
             path, save(tensors, metadata={"explanations": json.dumps(rest, ensure_ascii=False)})
         )
     raise ValueError(f"unknown explanation file type {path.suffix!r}: use .json or .safetensors")

@@ -24,6 +24,7 @@ __all__ = [
     "read_parquet",
     "save_ragged",
     "umask_modes",
+    "write_bytes",
     "write_json",
     "write_parquet",
     "write_text",
@@ -103,6 +104,13 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 def write_text(path: str | Path, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def write_bytes(path: str | Path, data: bytes | str) -> Path:
+    """``data`` (str as UTF-8) to ``path`` atomically; returns the path."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    return Path(path)
 
 
 def _finite_or_null(value: Any) -> Any:

@@ -24,8 +24,6 @@ from __future__ import annotations
 import html
 import json
 import math
-import os
-import tempfile
 import unicodedata
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -33,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from attnflow.io import write_bytes
+
 __all__ = [
-    "atomic_write",
     "heatmap_figure",
     "html_page",
     "score_bar",
@@ -54,29 +53,6 @@ PNG_CMAP = "Reds"
 MUTED_RGBA = (0.88, 0.88, 0.88, 1.0)
 # Write values into the PNG cells up to this many columns.
 ANNOTATE_MAX_COLUMNS = 40
-
-
-def atomic_write(path: str | Path, data: bytes | str) -> Path:
-    """Write `data` to `path` through a temporary file in the same folder and a rename.
-
-    A crash never leaves a half-written file; the file gets the usual umask mode.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(data, str):
-        data = data.encode("utf-8")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 # --------------------------------------------------------------------------------------------------
@@ -270,7 +246,7 @@ def write_png(path: str | Path, matrices: Mapping[str, Any], *, dpi: int = 150, 
     fig = heatmap_figure(matrices, **kwargs)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
-    return atomic_write(path, buf.getvalue())
+    return write_bytes(path, buf.getvalue())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -522,4 +498,4 @@ largest score (hover for values). Below: every {esc(row_name)}, scores in % (cli
 
 def write_html(path: str | Path, items: Sequence[Mapping[str, Any]], **kwargs: Any) -> Path:
     """Write `html_page(items, **kwargs)` to `path` (atomically)."""
-    return atomic_write(path, html_page(items, **kwargs))
+    return write_bytes(path, html_page(items, **kwargs))

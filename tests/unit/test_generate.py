@@ -240,7 +240,7 @@ def test_the_grid_check_labels_options_and_agrees_with_single_checks(model):
     labels = {(r["method"], r["sinks"], r["receptive_field"]) for r in f.records}
     assert ("random", None, None) in labels and ("rollout", "drop", "uniform") in labels and len(labels) == 9
     one = faithfulness(model, grid[("drop", "uniform")], ks=(1, 2), n_random=2, seed=4)
-    assert f.summary()["rollout|drop|uniform"] == one.summary()["rollout"]
+    assert f.summary()[("rollout", "drop", "uniform")] == one.summary()["rollout"]
     assert f.summary()["random"] == one.summary()["random"]
 
 

@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
+from attnflow.io import write_bytes
 from attnflow.viz import (
-    atomic_write,
     heatmap_figure,
     html_page,
     score_bar,
@@ -142,6 +142,6 @@ def test_writes_are_atomic_and_leave_no_temporary_files(tmp_path):
     path = write_html(
         tmp_path / "sub" / "p.html", [{"columns": ["a"], "rows": ["L1"], "maps": {"raw": [[1.0]]}}]
     )
-    atomic_write(tmp_path / "sub" / "b.bin", b"\x00\x01")
+    write_bytes(tmp_path / "sub" / "b.bin", b"\x00\x01")
     assert sorted(p.name for p in path.parent.iterdir()) == ["b.bin", "p.html"]
     assert (tmp_path / "sub" / "b.bin").read_bytes() == b"\x00\x01"

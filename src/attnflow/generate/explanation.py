@@ -212,11 +212,11 @@ def save_generations(explanations: Sequence[GenerationExplanation], path: str | 
     """Write explanations to ``.json`` (a list of `to_dict`) or ``.safetensors`` (tensors
     ``"{i}/maps/{method}"`` (n, columns, layers), ``"{i}/coverage/{method}"``, ``"{i}/sinks"``; the
     rest as JSON in the metadata under ``"generations"``), atomically."""
-    from attnflow.viz import atomic_write
+    from attnflow.io import write_bytes
 
     path = Path(path)
     if path.suffix == ".json":
-        return atomic_write(path, json.dumps([e.to_dict() for e in explanations], ensure_ascii=False))
+        return write_bytes(path, json.dumps([e.to_dict() for e in explanations], ensure_ascii=False))
     if path.suffix == ".safetensors":
         from safetensors.numpy import save
 
@@ -228,7 +228,7 @@ def save_generations(explanations: Sequence[GenerationExplanation], path: str | 
             tensors[f"{i}/sinks"] = np.ascontiguousarray(e.sinks, dtype=np.uint8)
             tensors[f"{i}/head_sinks"] = np.ascontiguousarray(e.head_sinks, dtype=np.uint8)
         meta = [dict(e._meta(), methods=e.methods) for e in explanations]
-        return atomic_write(
+        return write_bytes(
             path, save(tensors, metadata={"generations": json.dumps(meta, ensure_ascii=False)})
         )
     raise ValueError(f"unknown file type {path.suffix!r}: use .json or .safetensors")

@@ -51,16 +51,12 @@ class Faithfulness:
     records: list[dict[str, Any]] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
 
-    def summary(self) -> dict[str, dict[int, float]]:
+    def summary(self) -> dict[Any, dict[int, float]]:
         """{method: {k: mean drop over the generated tokens}} ("random" included); with the
-        options of `faithfulness_grid` the key is "method|sinks|receptive_field"."""
-        out: dict[str, dict[int, list[float]]] = {}
+        options of `faithfulness_grid` the key is the tuple (method, sinks, receptive_field)."""
+        out: dict[Any, dict[int, list[float]]] = {}
         for r in self.records:
-            name = (
-                r["method"]
-                if r.get("sinks") is None
-                else f"{r['method']}|{r['sinks']}|{r['receptive_field']}"
-            )
+            name = r["method"] if r.get("sinks") is None else (r["method"], r["sinks"], r["receptive_field"])
             out.setdefault(name, {}).setdefault(r["k"], []).append(r["drop"])
         return {m: {k: float(np.mean(v)) for k, v in sorted(ks.items())} for m, ks in out.items()}
 
@@ -227,7 +223,7 @@ def faithfulness_grid(
         if e.generated_ids != first.generated_ids or e.prompt_ids != first.prompt_ids:
             raise ValueError("every grid entry must explain the same prompt and completion")
         for m in e.methods:
-            scores[f"{m}|{sinks}|{field_}"] = e.matrix(m, layer)[:, : e.n_prompt]
+            scores[(m, sinks, field_)] = e.matrix(m, layer)[:, : e.n_prompt]
     result = removal_faithfulness(
         model, first.prompt_ids, first.generated_ids, scores, ks=ks, n_random=n_random, seed=seed,
         batch_size=batch_size, tokens=first.generated_tokens,
@@ -236,6 +232,6 @@ def faithfulness_grid(
         if r["method"] == "random":
             r.update(sinks=None, receptive_field=None)
         else:
-            r["method"], r["sinks"], r["receptive_field"] = r["method"].split("|")
+            r["method"], r["sinks"], r["receptive_field"] = r["method"]  # the (method, sinks, field) key
     result.options.update(layer=layer, over=first.options.get("over"))
     return result

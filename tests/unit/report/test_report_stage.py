@@ -17,7 +17,8 @@ def test_stage_logs_cells_and_artifacts(tmp_path, monkeypatch, make_stage_output
     cfg = _config.compose(overrides)
     report_stage.run(cfg)
     client = mlflow.MlflowClient(uri)
-    (run,) = client.search_runs([client.get_experiment_by_name(cfg.tracking.experiment).experiment_id])
+    runs = client.search_runs([client.get_experiment_by_name(cfg.tracking.experiment).experiment_id])
+    (run,) = [r for r in runs if "stage" in r.data.tags]  # beside it: the parent run of this config
     assert run.data.tags["stage"] == "report"
     metrics = run.data.metrics
     assert metrics["agreement/corr/blank_out/raw/L1"] == 0.59

@@ -59,6 +59,8 @@ def section(ctx: Context) -> None:
         ctx.add(Paragraph("Most faithful method at the last layer: " + "; ".join(
             f"{METRICS[m]}: {LABELS.get(best(last, m), best(last, m))}" for m in ("comprehensiveness", "sufficiency", "auc_positive", "auc_negative")
         ) + "."))  # fmt: skip
+        if got.table is not None:
+            ctx.add(Paragraph(_against_spearman(got.table, last)))
         if got.curves is not None:
             ctx.figure(plot_perturbation_curves(got.curves, title=f"{task}: perturbation curves (last layer)"),
                        f"perturbation_{task}.png", f"{task} perturbation curves")  # fmt: skip
@@ -83,3 +85,19 @@ def _agreement(task: str, agreement: pd.DataFrame) -> Table:
             "1" if a == b else f"{value.get((a, b), value.get((b, a), float('nan'))):.2f}" for b in names
         ])  # fmt: skip
     return Table(grid)
+
+
+def _against_spearman(table: pd.DataFrame, last: pd.DataFrame) -> str:
+    """The methods ordered by rank correlation (last layer) beside their order by comprehensiveness."""
+    from attnflow.metrics.tables import configured
+
+    main = configured(table)
+    main = main[main["layer"] == main["layer"].max()]
+    comp = last[(last["metric"] == "comprehensiveness") & last["layer"].notna()].set_index("method")["mean"]
+    order = list(comp.sort_values(ascending=False).index)
+    parts = [f"by comprehensiveness: {' > '.join(order)}"]
+    for importance, rows in main.groupby("importance", sort=False):
+        by = rows.set_index("method")["mean"].reindex(order).dropna().sort_values(ascending=False)
+        same = list(by.index) == [m for m in order if m in by.index]
+        parts.append(f"by Spearman with {importance}: {' > '.join(by.index)} ({'the same order' if same else 'a different order'})")
+    return "Methods at the last layer, most faithful first: " + "; ".join(parts) + "."

@@ -32,6 +32,7 @@ def section(ctx: Context) -> None:
                 f"**Table {paper.number}** ({paper.task} vs {IMPORTANCE_LABELS[paper.importance]}): "
                 + " ".join(sentences)
             )
+    items += _class_specific(ctx)
     split = get(ctx.config, "task.sst2.capture.split")
     sst2 = ctx.inputs.get("sst2")
     if sst2 is not None and sst2.table is not None and split:
@@ -40,3 +41,22 @@ def section(ctx: Context) -> None:
             "GLUE test sentences, whose labels are hidden (REPLICATION.md)."
         )
     ctx.add(Bullets(items) if items else Paragraph("Nothing to compare: no correlations were found."))
+
+
+def _class_specific(ctx: Context) -> list[str]:
+    """Chefer et al.'s class-specific relevance beside rollout and flow: last layer and layer mean."""
+    from attnflow.metrics.tables import configured
+
+    out = []
+    for task, got in ctx.inputs.items():
+        if got.table is None:
+            continue
+        main = configured(got.table)
+        if not {"chefer", "chefer_lrp"} & set(main["method"]):
+            continue
+        for importance, rows in main.groupby("importance", sort=False):
+            last = rows[rows["layer"] == rows["layer"].max()].set_index("method")["mean"]
+            mean = rows.groupby("method", sort=False)["mean"].mean()
+            cells = ", ".join(f"{m} {last[m]:.2f} (layer mean {mean[m]:.2f})" for m in last.index if m != "raw")
+            out.append(f"Class-specific relevance, {task} vs {IMPORTANCE_LABELS.get(importance, importance)}, last layer: {cells}.")
+    return out

@@ -392,3 +392,40 @@ _train(__import__("pathlib").Path({str(agreement_data)!r}), __import__("pathlib"
         a = torch.load(tmp_path / name, weights_only=True)["state_dict"]
         b = torch.load(out / name, weights_only=True)["state_dict"]
         assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+# --- hardening: stale models and lost checkpoints (issue: hardening, cases 1 and 2) --------------
+
+
+def test_a_code_change_makes_the_checkpoint_foreign_and_retrains(trained, agreement_data, tmp_path, monkeypatch, capfd):
+    import shutil
+
+    from attnflow.lit import checkpoints
+
+    out, _ = trained
+    shutil.copytree(out, tmp_path / "run")
+    # an interrupted-looking checkpoint of the same config: still foreign once the code changed
+    ckpt = torch.load(tmp_path / "run" / "last.ckpt", weights_only=True)
+    ckpt["attnflow"]["finished"] = False
+    torch.save(ckpt, tmp_path / "run" / "last.ckpt")
+    monkeypatch.setattr(checkpoints, "source_digest", lambda packages=(): "edited code")
+    capfd.readouterr()
+    _train(agreement_data, tmp_path / "run")
+    assert "written by a different config, seed, data or code: training from scratch" in capfd.readouterr().err
+
+
+def test_a_failing_fresh_run_gives_the_old_checkpoints_back(trained, agreement_data, tmp_path):
+    import shutil
+
+    out, _ = trained
+    shutil.copytree(out, tmp_path / "run")
+    before = {n: (tmp_path / "run" / n).read_bytes() for n in ("last.ckpt", "best.ckpt")}
+
+    class Boom(pl.Callback):
+        def on_train_start(self, trainer, pl_module):
+            raise RuntimeError("the optimiser refused a value")
+
+    with pytest.raises(RuntimeError, match="refused"):
+        _train(agreement_data, tmp_path / "run", train={"lr": 0.5}, callbacks=[Boom()])  # another config
+    assert {n: (tmp_path / "run" / n).read_bytes() for n in before} == before
+    assert not list((tmp_path / "run").glob(".*.previous"))

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from attnflow.capture import capture_split, class_relevance
+from attnflow.capture import capture_study
 from attnflow.devices import resolve_device
 from attnflow.io import read_parquet, save_ragged, write_parquet
 from attnflow.method_inputs import needed_inputs
-from attnflow.metrics.accuracy import labelled_accuracy
 from attnflow.models import load_classifier
 from attnflow.tasks import get_task
 from pipelines import _stage
@@ -21,30 +20,22 @@ def run(cfg: DictConfig, task: str) -> None:
     with _stage.stage_run(cfg, "capture", task, inputs=[split, paths.model(task)]) as mlrun:
         device = resolve_device(cfg.trainer.device)
         model, encoder = load_classifier(paths.model(task), device=device)
-        common = dict(batch_size=opts.batch_size, device=device)
-        samples, attentions = capture_split(
+        got = capture_study(
             model, encoder, read_parquet(split), n_samples=samples_cfg.n_samples, seed=cfg.seed,
-            max_length=opts.max_length, dtype=opts.dtype, **common,
+            needs=needed_inputs(cfg.explain.methods), target=opts.target, batch_size=opts.batch_size,
+            max_length=opts.max_length, dtype=opts.dtype, device=device,
         )  # fmt: skip
-        write_parquet(paths.samples(task), samples)
-        ids = samples["sample_id"].to_numpy()
+        ids = got.samples["sample_id"].to_numpy()
+        write_parquet(paths.samples(task), got.samples)
         save_ragged(
-            paths.attentions(task), {"attn": attentions}, ids=ids, metadata={"axes": "layer,head,query,key"}
+            paths.attentions(task),
+            {"attn": got.attentions},
+            ids=ids,
+            metadata={"axes": "layer,head,query,key"},
         )
-        if needs := needed_inputs(cfg.explain.methods):  # the class-specific explainers' inputs
-            extra = class_relevance(
-                model, samples["input_ids"].tolist(), samples["label"].to_numpy(), needs=needs,
-                target=opts.target, pad_id=encoder.pad_id, progress=True, **common,
-            )  # fmt: skip
-            save_ragged(paths.relevance(task), extra, ids=ids, metadata={"target": str(opts.target)})
-        n, length = len(samples), float(samples["length"].mean())
-        mlrun.log_metrics(
-            {
-                "n_samples": n,
-                "mean_length": length,
-                "accuracy": labelled_accuracy(samples["label"], samples["pred"]),
-            }
-        )
+        if got.extra:  # attention gradients and LRP relevance of the class explained
+            save_ragged(paths.relevance(task), got.extra, ids=ids, metadata={"target": str(opts.target)})
+        mlrun.log_metrics(got.metrics())
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 from omegaconf import DictConfig
 
-from attnflow.io import align_ids, load_ragged, write_json, write_parquet, write_text
+from attnflow.io import load_aligned, load_ragged, write_json, write_parquet, write_text
 from attnflow.metrics.tables import (
     configured,
     correlation_frame,
@@ -19,10 +19,8 @@ from pipelines import _stage
 def run(cfg: DictConfig, task: str) -> None:
     paths, opts, methods = _stage.paths(cfg), cfg.correlate, list(cfg.explain.methods)
     with _stage.stage_run(cfg, "correlate", task, inputs=[paths.maps(task), paths.importance(task)]) as mlrun:
-        maps, map_ids = load_ragged(paths.maps(task), with_ids=True)
         importance, ids = load_ragged(paths.importance(task), with_ids=True)
-        order = align_ids(map_ids, ids, what=str(paths.maps(task)), against=str(paths.importance(task)))
-        maps = {name: [v[i] for i in order] for name, v in maps.items()}  # joined on sample_id
+        maps = load_aligned(paths.maps(task), ids, against=str(paths.importance(task)))  # joined on sample_id
         if missing := [m for m in methods if m not in maps]:
             raise ValueError(f"{paths.maps(task)}: no maps for {missing}; re-run the explain stage")
         exclude = {kind: () if opts.include_cls[kind] else (0,) for kind in importance}

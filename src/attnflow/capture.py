@@ -25,8 +25,10 @@ from attnflow.data.subsets import seeded_split
 __all__ = [
     "CLASS_INPUTS",
     "Captured",
+    "StudySamples",
     "capture",
     "capture_split",
+    "capture_study",
     "class_relevance",
     "select_samples",
 ]
@@ -209,3 +211,52 @@ def class_relevance(
                 t = len(rows[i])
                 out[name][i] = values[row, :, :, :t, :t].astype(dtype)
     return out
+
+
+@dataclass
+class StudySamples:
+    """What the capture stage keeps: the samples (one row each, ``sample_id`` first-class), their
+    attentions ``(L, H, T_i, T_i)`` and, for class-specific explainers, ``extra`` arrays by name."""
+
+    samples: pd.DataFrame
+    attentions: list[np.ndarray]
+    extra: dict[str, list[np.ndarray]]
+
+    def metrics(self) -> dict[str, float]:
+        from attnflow.metrics.accuracy import labelled_accuracy
+
+        s = self.samples
+        return {
+            "n_samples": len(s),
+            "mean_length": float(s["length"].mean()),
+            "accuracy": labelled_accuracy(s["label"], s["pred"]),
+        }
+
+
+def capture_study(
+    model: torch.nn.Module,
+    encoder: Any,
+    frame: pd.DataFrame,
+    *,
+    n_samples: int,
+    seed: int,
+    needs: Sequence[str] = (),
+    target: str | int = "predicted",
+    batch_size: int = 64,
+    max_length: int | None = None,
+    dtype: np.dtype | str = np.float16,
+    device: str | torch.device = "cpu",
+) -> StudySamples:
+    """:func:`capture_split` and, when ``needs`` names them, the class-specific inputs of the
+    same samples (:func:`class_relevance`, explaining class ``target``)."""
+    samples, attentions = capture_split(
+        model, encoder, frame, n_samples=n_samples, seed=seed, batch_size=batch_size, max_length=max_length,
+        dtype=dtype, device=device,
+    )  # fmt: skip
+    extra = {}
+    if needs:
+        extra = class_relevance(
+            model, samples["input_ids"].tolist(), samples["label"].to_numpy(), needs=needs, target=target,
+            pad_id=encoder.pad_id, batch_size=batch_size, device=device, progress=True,
+        )  # fmt: skip
+    return StudySamples(samples, attentions, extra)

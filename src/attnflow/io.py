@@ -18,6 +18,7 @@ __all__ = [
     "ArtifactError",
     "align_ids",
     "atomic_path",
+    "load_aligned",
     "load_artifact",
     "load_ragged",
     "read_json",
@@ -207,6 +208,14 @@ def _read_ragged(path: Path) -> tuple[dict[str, list[np.ndarray]], np.ndarray | 
             data[offsets[i] : offsets[i + 1]].reshape(shape) for i, shape in enumerate(map(tuple, shapes))
         ]
     return out, tensors.get("sample_id")
+
+
+def load_aligned(path: str | Path, ids: Any, *, against: str) -> dict[str, list[np.ndarray]]:
+    """:func:`load_ragged` of ``path``, its arrays put in the order of ``ids`` (a join on
+    ``sample_id``; ``against`` names where ``ids`` come from, for the error)."""
+    arrays, own = load_ragged(path, with_ids=True)
+    order = align_ids(own, ids, what=str(path), against=against)
+    return {name: [values[i] for i in order] for name, values in arrays.items()}
 
 
 def align_ids(ids: Any, reference: Any, *, what: str, against: str) -> np.ndarray:

@@ -184,6 +184,13 @@ class FaithfulnessResult:
     curves: pd.DataFrame
     agreement: pd.DataFrame
 
+    def metric_cells(self) -> dict[str, float]:
+        """Every score as one MLflow metric: ``faithfulness/<metric>/<method>[/L<layer>]``."""
+        return {
+            f"faithfulness/{c.metric}/{c.method}" + ("" if pd.isna(c.layer) else f"/L{c.layer}"): c.mean
+            for c in self.scores.itertuples()
+        }
+
 
 def faithfulness_study(
     model: Any,

@@ -249,7 +249,9 @@ def test_hydra_sweep_runs_each_seed_and_aggregates_the_finished_jobs(tmp_path):
         timeout=600,
     )
     assert done.returncode != 0 and "1 job(s) failed, aggregated the others: job 2 (seed=-1" in done.stderr
-    jobs = sorted(p.name for p in (tmp_path / "multirun").iterdir() if p.is_dir() and (p / "params.yaml").exists())
+    jobs = sorted(
+        p.name for p in (tmp_path / "multirun").iterdir() if p.is_dir() and (p / "params.yaml").exists()
+    )
     sweep_paths = StudyPaths.from_config(PATHS, root=tmp_path)
     jobs_file = json.loads(sweep_paths.sweep_jobs.read_text())
     assert jobs_file["seeds"] == [0, 1]
@@ -261,7 +263,9 @@ def test_hydra_sweep_runs_each_seed_and_aggregates_the_finished_jobs(tmp_path):
         "importance == 'blank_out' and method == 'flow' and layer == 1 and variant == 'configured'"
     )
     per_seed = [
-        pd.read_parquet(StudyPaths.from_config(PATHS, root=tmp_path / "multirun" / j).correlations("agreement"))
+        pd.read_parquet(
+            StudyPaths.from_config(PATHS, root=tmp_path / "multirun" / j).correlations("agreement")
+        )
         .query("importance == 'blank_out' and method == 'flow' and layer == 1 and variant == 'configured'")[
             "mean"
         ]

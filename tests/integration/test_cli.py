@@ -131,4 +131,6 @@ def test_a_missing_gpu_is_a_clear_error(capsys):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     assert main(["explain", "--model", "minilm", "--text", "hi", "--device", "cuda"]) == 2
-    assert "--device cuda: device 'cuda' asked for, but no CUDA device is available" in capsys.readouterr().err
+    assert (
+        "--device cuda: device 'cuda' asked for, but no CUDA device is available" in capsys.readouterr().err
+    )

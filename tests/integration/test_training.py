@@ -361,43 +361,57 @@ def test_attractor_set_is_scored_after_training(trained, agreement_data):
     assert set(extra["n_by_attractors"]) == {str(k) for k in attractors["n_attractors"].unique()}
 
 
-def test_sigkill_mid_epoch_then_resume_gives_the_identical_model(trained, agreement_data, tmp_path):
-    """A real SIGKILL (no cleanup at all) in the middle of the second epoch, with dropout,
-    length bucketing and several epochs; the re-run resumes from last.ckpt (end of epoch 1) and
-    must end with the uninterrupted run's weights and metrics (issue: hardening, case 11)."""
+def _train_in_a_fresh_process(data: Path, out: Path, *, kill_at_step: int | None = None):
+    """Train in a new interpreter (the state a real re-run starts from); SIGKILL at a step if asked."""
     import subprocess
     import sys
 
     script = f"""
-import os, signal, sys
+import json, os, signal, sys
 sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+from pathlib import Path
 import pytorch_lightning as pl
 from tests.integration.test_training import _train
 
 class Die(pl.Callback):
     def on_train_batch_end(self, trainer, *args):
-        if trainer.global_step >= 18:
+        if {kill_at_step!r} is not None and trainer.global_step >= {kill_at_step!r}:
             os.kill(os.getpid(), signal.SIGKILL)
 
-_train(__import__("pathlib").Path({str(agreement_data)!r}), __import__("pathlib").Path({str(tmp_path)!r}), callbacks=[Die()])
+print(json.dumps(_train(Path({str(data)!r}), Path({str(out)!r}), callbacks=[Die()])))
 """
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
-    assert done.returncode == -9, done.stderr[-2000:]
-    assert torch.load(tmp_path / "last.ckpt", weights_only=True)["global_step"] == 12
-    resumed = _train(agreement_data, tmp_path)
-    out, uninterrupted = trained
-    assert _stable(resumed) == _stable(uninterrupted)
-    assert _curve(tmp_path) == _curve(out)
-    for name in ("best.ckpt",):
-        a = torch.load(tmp_path / name, weights_only=True)["state_dict"]
-        b = torch.load(out / name, weights_only=True)["state_dict"]
-        assert all(torch.equal(a[k], b[k]) for k in a)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+
+
+def test_sigkill_mid_epoch_then_resume_gives_the_identical_model(agreement_data, tmp_path):
+    """A real SIGKILL (no cleanup at all) in the middle of the second epoch, with dropout,
+    length bucketing and several epochs; the re-run resumes from last.ckpt (end of epoch 1) and
+    must end with the uninterrupted run's weights and metrics (issue: hardening, case 11). Every
+    run is a fresh process, as a real re-run is (not this test process, whose earlier tests may
+    have left other kernels warm)."""
+    import json
+
+    killed = _train_in_a_fresh_process(agreement_data, tmp_path / "killed", kill_at_step=18)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert torch.load(tmp_path / "killed" / "last.ckpt", weights_only=True)["global_step"] == 12
+    runs = {}
+    for name in ("killed", "uninterrupted"):
+        done = _train_in_a_fresh_process(agreement_data, tmp_path / name)
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs[name] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert _stable(runs["killed"]) == _stable(runs["uninterrupted"])
+    assert _curve(tmp_path / "killed") == _curve(tmp_path / "uninterrupted")
+    a = torch.load(tmp_path / "killed" / "best.ckpt", weights_only=True)["state_dict"]
+    b = torch.load(tmp_path / "uninterrupted" / "best.ckpt", weights_only=True)["state_dict"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 # --- hardening: stale models and lost checkpoints (issue: hardening, cases 1 and 2) --------------
 
 
-def test_a_code_change_makes_the_checkpoint_foreign_and_retrains(trained, agreement_data, tmp_path, monkeypatch, capfd):
+def test_a_code_change_makes_the_checkpoint_foreign_and_retrains(
+    trained, agreement_data, tmp_path, monkeypatch, capfd
+):
     import shutil
 
     from attnflow.lit import checkpoints
@@ -411,7 +425,9 @@ def test_a_code_change_makes_the_checkpoint_foreign_and_retrains(trained, agreem
     monkeypatch.setattr(checkpoints, "source_digest", lambda packages=(): "edited code")
     capfd.readouterr()
     _train(agreement_data, tmp_path / "run")
-    assert "written by a different config, seed, data or code: training from scratch" in capfd.readouterr().err
+    assert (
+        "written by a different config, seed, data or code: training from scratch" in capfd.readouterr().err
+    )
 
 
 def test_a_failing_fresh_run_gives_the_old_checkpoints_back(trained, agreement_data, tmp_path):

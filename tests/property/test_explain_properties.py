@@ -60,12 +60,20 @@ def test_rollout_rows_stay_stochastic(batch, residual):
 @given(padded_batches(), RESIDUALS, st.sampled_from(sorted(EXPLAINERS)))
 def test_batch_results_equal_per_sample_results_and_padding_gets_nothing(batch, residual, name):
     w, lengths = batch
-    rng = np.random.default_rng(0)  # extra inputs (attention gradients, relevance) for the methods that need them
-    extras = {k: rng.standard_normal(w.shape) * (w if k == "attn_relevance" else 1.0) for k in EXPLAINER_INPUTS[name]}
+    rng = np.random.default_rng(
+        0
+    )  # extra inputs (attention gradients, relevance) for the methods that need them
+    extras = {
+        k: rng.standard_normal(w.shape) * (w if k == "attn_relevance" else 1.0)
+        for k in EXPLAINER_INPUTS[name]
+    }
     out = EXPLAINERS[name](w, residual=residual, heads="mean", lengths=lengths, **extras)
     for b, n in enumerate(lengths):
         alone = EXPLAINERS[name](
-            w[b, :, :, :n, :n], residual=residual, heads="mean", **{k: v[b, :, :, :n, :n] for k, v in extras.items()}
+            w[b, :, :, :n, :n],
+            residual=residual,
+            heads="mean",
+            **{k: v[b, :, :, :n, :n] for k, v in extras.items()},
         )
         np.testing.assert_allclose(out[b, :, :n, :n], alone, atol=CLOSE)
         assert np.all(out[b, :, n:, :] == 0) and np.all(out[b, :, :, n:] == 0)

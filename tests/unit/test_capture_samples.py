@@ -12,7 +12,9 @@ def test_seeded_subset_keeps_file_order_and_ids():
     frame = pd.DataFrame({"text": [f"t{i}" for i in range(10)]})
     a, b, c = (select_samples(frame, 4, seed) for seed in (0, 0, 1))
     assert a.equals(b) and not a.equals(c)
-    assert list(a["sample_id"]) == sorted(a["sample_id"]) and a["text"].tolist() == [f"t{i}" for i in a["sample_id"]]
+    assert list(a["sample_id"]) == sorted(a["sample_id"]) and a["text"].tolist() == [
+        f"t{i}" for i in a["sample_id"]
+    ]
 
 
 def test_asking_more_samples_than_the_split_holds_warns_with_both_numbers():

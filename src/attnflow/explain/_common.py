@@ -137,7 +137,7 @@ def prepare(attn: Any, *, lengths: Any = None, mask: Any = None, renormalize: bo
         block = np.where(pair, arr, 0)
     # one pass for the row sums (a NaN or inf anywhere in a row makes its sum non-finite), one for
     # the minimum; the full finiteness scan runs only to word the error
-    sums = block.sum(axis=-1, dtype=np.float64)[np.broadcast_to(valid[:, None, None, :], block.shape[:-1])]
+    sums = row_sums(block, np.float64)[np.broadcast_to(valid[:, None, None, :], block.shape[:-1])]
     if not np.all(np.isfinite(sums)) and not np.all(np.isfinite(block)):
         raise ValueError("attn contains NaN or inf")
     low = block.min()
@@ -178,9 +178,14 @@ def zero_padding(x: np.ndarray, valid: np.ndarray) -> np.ndarray:
     return np.where(valid.reshape(shape_q) & valid.reshape(shape_k), x, 0.0)
 
 
+def row_sums(x: np.ndarray, dtype: Any = None) -> np.ndarray:
+    """Sums over the last axis (einsum: ~2x faster than sum on short rows). (..., T) -> (...)."""
+    return np.einsum("...k->...", x, dtype=dtype)
+
+
 def normalize_rows(x: np.ndarray) -> np.ndarray:
     """Divide each row by its sum; rows summing to 0 stay 0 (guarded)."""
-    s = x.sum(axis=-1, keepdims=True)
+    s = row_sums(x)[..., None]
     return np.divide(x, s, out=np.zeros_like(x), where=s > 0)
 
 
@@ -219,9 +224,10 @@ def mix_residual(w: np.ndarray, valid: np.ndarray, residual: float) -> np.ndarra
     w: (B, ..., T, T) with padding already zero; the identity covers real positions only, so padded
     rows and columns stay 0. Rows summing to 0 stay 0.
     """
-    eye = np.eye(w.shape[-1], dtype=np.float64) * valid[:, None, :]  # (B, T, T)
-    eye = eye.reshape((w.shape[0],) + (1,) * (w.ndim - 3) + w.shape[-2:])
-    return normalize_rows((1.0 - residual) * w + residual * eye)
+    out = (1.0 - residual) * w  # a new array: w is not written to
+    diagonal = np.einsum("...ii->...i", out)  # (B, ..., T), a writable view of the diagonals
+    diagonal += residual * valid.reshape((w.shape[0],) + (1,) * (w.ndim - 3) + w.shape[-1:])
+    return normalize_rows(out)
 
 
 def check_positions(values: Any, name: str, upper: int, what: str) -> np.ndarray:

@@ -31,12 +31,12 @@ like attn (what a pipeline must capture besides attn; `attnflow.lrp.lrp_relevanc
 
 from __future__ import annotations
 
-from attnflow.method_inputs import EXPLAINER_INPUTS as _INPUTS
-
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from attnflow.method_inputs import EXPLAINER_INPUTS as _INPUTS
 
 from ._common import check_heads, check_positions, check_residual, prepare, valid_positions
 from .causal import causal_flow, causal_rollout

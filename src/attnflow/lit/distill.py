@@ -29,6 +29,7 @@ def distillation_loss(
     the teacher's entropy, a constant for the student, so the gradients are the same. Their
     variants: rate 0.9 at T = 1, and pure distillation, rate 1.0. ``rate = 0`` is plain training.
 
+    >>> import torch
     >>> s, t, y = torch.tensor([[2.0, 0.0]]), torch.tensor([[0.0, 0.0]]), torch.tensor([0])
     >>> round(float(distillation_loss(s, t, y, rate=0.0, temperature=1.0)), 4)  # CE = log(1 + e^-2)
     0.1269

@@ -33,6 +33,7 @@ class LSTMConfig:
 class LSTMClassifier(nn.Module):
     """Embedding -> dropout -> stacked LSTM -> dropout -> linear, on the last real position.
 
+    >>> import torch
     >>> model = LSTMClassifier(LSTMConfig(vocab_size=10, embedding_dim=4, hidden_size=4))
     >>> model(torch.tensor([[2, 5, 6, 0]]), torch.tensor([[1, 1, 1, 0]])).logits.shape
     torch.Size([1, 2])

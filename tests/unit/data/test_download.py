@@ -146,6 +146,9 @@ def test_official_tarball_over_http_is_used_first(tmp_path, http_dir, no_known_d
     # Optional files no source had are listed, not fatal (the full TSV's URL was not configured).
     assert manifest["missing_optional"] == [
         "linzen2016/agr_50_mostcommon_10K.tsv",
+        "linzen2016/edinburgh_nlu_wiki/wiki-dev.txt",
+        "linzen2016/edinburgh_nlu_wiki/wiki-test.txt",
+        "linzen2016/edinburgh_nlu_wiki/wiki-train.txt",
         "linzen2016/rnn_agr_simple/README.txt",
     ]
 

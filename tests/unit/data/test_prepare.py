@@ -279,7 +279,9 @@ def test_extra_training_files_join_natural_training_under_the_leak_rule(tmp_path
     )  # fmt: skip
     summary = prepare_agreement(raw, tmp_path / "out", extra_train=["numpred.val"])  # "the dog": in test
     assert summary["train"]["n"] == 1 and summary["leaks_dropped"] == 1
-    with pytest.raises(FileNotFoundError, match=r"numpred\.train: listed in task\.agreement\.data\.extra_train"):
+    with pytest.raises(
+        FileNotFoundError, match=r"numpred\.train: listed in task\.agreement\.data\.extra_train"
+    ):
         prepare_agreement(raw, tmp_path / "out2", extra_train=["numpred.train"])
 
 

@@ -65,7 +65,9 @@ def test_padding_is_not_validated(fn):
     attn[0, ..., :, 2] = -1.0
     attn[0, ..., :2, :2] = 0.5
     needs = {EXPLAINERS[n]: EXPLAINER_INPUTS[n] for n in EXPLAINERS}.get(fn, ())  # e.g. attention gradients
-    out = np.asarray(fn(attn, lengths=[2, 3], **{key: np.where(np.isnan(attn), np.nan, 1.0) for key in needs}))
+    out = np.asarray(
+        fn(attn, lengths=[2, 3], **{key: np.where(np.isnan(attn), np.nan, 1.0) for key in needs})
+    )
     assert np.all(np.isfinite(out))
     assert np.all(out[0, ..., 2] == 0)  # the padded key of sample 0 gets exactly 0
 

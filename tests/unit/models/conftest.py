@@ -23,7 +23,14 @@ def vocab() -> Vocab:
 def tiny_agreement(vocab: Vocab) -> AgreementTransformer:
     torch.manual_seed(0)
     config = AgreementConfig(
-        vocab_size=len(vocab), block_size=16, n_layer=2, n_head=2, n_embd=16, dropout=0.0
+        vocab_size=len(vocab),
+        block_size=16,
+        n_layer=2,
+        n_head=2,
+        n_embd=16,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        resid_pdrop=0.0,
     )
     return AgreementTransformer(config).eval()
 

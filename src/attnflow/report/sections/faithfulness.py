@@ -99,5 +99,7 @@ def _against_spearman(table: pd.DataFrame, last: pd.DataFrame) -> str:
     for importance, rows in main.groupby("importance", sort=False):
         by = rows.set_index("method")["mean"].reindex(order).dropna().sort_values(ascending=False)
         same = list(by.index) == [m for m in order if m in by.index]
-        parts.append(f"by Spearman with {importance}: {' > '.join(by.index)} ({'the same order' if same else 'a different order'})")
+        parts.append(
+            f"by Spearman with {importance}: {' > '.join(by.index)} ({'the same order' if same else 'a different order'})"
+        )
     return "Methods at the last layer, most faithful first: " + "; ".join(parts) + "."

@@ -57,6 +57,10 @@ def _class_specific(ctx: Context) -> list[str]:
         for importance, rows in main.groupby("importance", sort=False):
             last = rows[rows["layer"] == rows["layer"].max()].set_index("method")["mean"]
             mean = rows.groupby("method", sort=False)["mean"].mean()
-            cells = ", ".join(f"{m} {last[m]:.2f} (layer mean {mean[m]:.2f})" for m in last.index if m != "raw")
-            out.append(f"Class-specific relevance, {task} vs {IMPORTANCE_LABELS.get(importance, importance)}, last layer: {cells}.")
+            cells = ", ".join(
+                f"{m} {last[m]:.2f} (layer mean {mean[m]:.2f})" for m in last.index if m != "raw"
+            )
+            out.append(
+                f"Class-specific relevance, {task} vs {IMPORTANCE_LABELS.get(importance, importance)}, last layer: {cells}."
+            )
     return out

@@ -1,0 +1,243 @@
+"""Input checks, padding, head aggregation and residual mixing shared by every explainer (internal).
+
+Axis order everywhere: [batch, layer, head, query, key] (one sample: [layer, head, query, key]).
+Everything is computed in float64 numpy and handed back in the caller's kind (numpy or torch),
+dtype and device. Inputs are never written to.
+"""
+
+from __future__ import annotations
+
+import numbers
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+# A valid attention row (over the valid keys) must sum to 1 within this, unless renormalize=True.
+# float32 softmax rows are off by ~1e-6; fp16/bf16 ones by ~1e-3.
+ROW_SUM_TOL = 1e-3
+
+HEAD_AGGREGATIONS = ("mean", "sum", "max")
+
+
+def is_torch(x: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def as_numpy(x: Any, name: str) -> np.ndarray:
+    """A read-only numpy view (or copy) of an array-like; torch tensors are detached to the CPU."""
+    if is_torch(x):
+        x = x.detach().cpu()
+        if x.dtype.is_floating_point and x.dtype not in (
+            sys.modules["torch"].float32,
+            sys.modules["torch"].float64,
+        ):
+            x = x.double()  # numpy has no bfloat16
+        x = x.numpy()
+    arr = np.asarray(x)
+    if arr.dtype == object or not (
+        np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_
+    ):
+        raise ValueError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    return arr
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A validated batch: attention as given (never written to) plus which positions are real."""
+
+    attn: np.ndarray  # (B, L, H, T, T) in the caller's dtype; a view of the input where possible
+    valid: np.ndarray  # (B, T) bool: True for real tokens, False for padding
+    batched: bool  # the input had a batch axis
+    like: Any  # the original input, to hand results back in the same kind
+
+    @property
+    def full(self) -> bool:
+        """No padding anywhere."""
+        return bool(self.valid.all())
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.valid.sum(axis=1)
+
+    def to_output(self, x: np.ndarray) -> Any:
+        """float64 result -> the caller's kind (numpy / torch), float dtype and device."""
+        if not self.batched:
+            x = x[0]
+        if is_torch(self.like):
+            torch = sys.modules["torch"]
+            dtype = self.like.dtype if self.like.dtype.is_floating_point else torch.float64
+            return torch.from_numpy(np.ascontiguousarray(x)).to(device=self.like.device, dtype=dtype)
+        like = np.asarray(self.like)
+        dtype = like.dtype if np.issubdtype(like.dtype, np.floating) else np.float64
+        return np.asarray(x, dtype=dtype)
+
+
+def valid_positions(lengths: Any, mask: Any, batch: int, tokens: int) -> np.ndarray:
+    """(B, T) bool of real positions from `lengths` (B,) or a boolean `mask` (B, T)."""
+    if lengths is not None and mask is not None:
+        raise ValueError("give either lengths or mask, not both")
+    if lengths is not None:
+        lens = as_numpy(lengths, "lengths")
+        if lens.shape != (batch,):
+            raise ValueError(f"lengths must have shape ({batch},), got {lens.shape}")
+        if not np.issubdtype(lens.dtype, np.integer):
+            if not np.all(np.isfinite(lens)) or np.any(lens != np.round(lens)):
+                raise ValueError("lengths must be integers")
+            lens = lens.astype(np.int64)
+        if np.any(lens < 1) or np.any(lens > tokens):
+            raise ValueError(f"lengths must lie in [1, {tokens}], got min {lens.min()} max {lens.max()}")
+        return np.arange(tokens)[None, :] < lens[:, None]
+    if mask is not None:
+        m = as_numpy(mask, "mask")
+        if m.shape != (batch, tokens):
+            raise ValueError(f"mask must have shape ({batch}, {tokens}), got {m.shape}")
+        if m.dtype != np.bool_:
+            if not np.all(np.isin(m, (0, 1))):
+                raise ValueError("mask must be boolean (True = real token)")
+            m = m.astype(bool)
+        if not np.all(m.any(axis=1)):
+            raise ValueError("mask: every sample needs at least one real token")
+        return m.copy()
+    return np.ones((batch, tokens), dtype=bool)
+
+
+def prepare(attn: Any, *, lengths: Any = None, mask: Any = None, renormalize: bool = False) -> Prepared:
+    """Validate attention probabilities; raise ValueError naming the first rule broken.
+
+    Rules: 4 dims [layer, head, query, key] or 5 dims [batch, ...]; query == key; no empty axis;
+    real numbers; on real positions (padding is ignored): finite, >= 0, and every row of every
+    head summing to 1 within ROW_SUM_TOL over the real keys (skipped when renormalize=True).
+    """
+    arr = as_numpy(attn, "attn")
+    if arr.ndim not in (4, 5):
+        raise ValueError(
+            f"attn must have 4 dims [layer, head, query, key] or 5 dims [batch, layer, head, query, key], "
+            f"got shape {arr.shape}"
+        )
+    batched = arr.ndim == 5
+    if not batched:
+        if lengths is not None or mask is not None:
+            raise ValueError("lengths / mask need a batched input [batch, layer, head, query, key]")
+        arr = arr[None]
+    if arr.shape[-1] != arr.shape[-2]:
+        raise ValueError(f"attn must be square over [query, key], got {arr.shape[-2]} x {arr.shape[-1]}")
+    if min(arr.shape) == 0:
+        raise ValueError(f"attn has an empty axis: shape {arr.shape}")
+    batch, tokens = arr.shape[0], arr.shape[-1]
+    valid = valid_positions(lengths, mask, batch, tokens)
+    full = bool(valid.all())
+    if full:
+        block = arr
+    else:
+        pair = valid[:, None, None, :, None] & valid[:, None, None, None, :]  # (B, 1, 1, T, T)
+        block = np.where(pair, arr, 0)
+    # one pass for the row sums (a NaN or inf anywhere in a row makes its sum non-finite), one for
+    # the minimum; the full finiteness scan runs only to word the error
+    sums = block.sum(axis=-1, dtype=np.float64)[np.broadcast_to(valid[:, None, None, :], block.shape[:-1])]
+    if not np.all(np.isfinite(sums)) and not np.all(np.isfinite(block)):
+        raise ValueError("attn contains NaN or inf")
+    low = block.min()
+    if low < 0:
+        raise ValueError(f"attn has negative weights (min {low:.3g}); expected probabilities")
+    if not renormalize:
+        worst = sums[np.argmax(np.abs(sums - 1.0))]
+        if not abs(worst - 1.0) <= ROW_SUM_TOL:
+            raise ValueError(
+                f"attention rows must sum to 1 over the real keys (tolerance {ROW_SUM_TOL}); a row sums "
+                f"to {worst:.6g}; pass renormalize=True to rescale rows"
+            )
+    return Prepared(attn=arr, valid=valid, batched=batched, like=attn)
+
+
+def check_heads(heads: Any, n_heads: int) -> None:
+    if isinstance(heads, str):
+        if heads not in HEAD_AGGREGATIONS:
+            raise ValueError(f"heads must be one of {HEAD_AGGREGATIONS} or a head index, got {heads!r}")
+        return
+    if isinstance(heads, bool) or not isinstance(heads, numbers.Integral):
+        raise ValueError(f"heads must be one of {HEAD_AGGREGATIONS} or a head index, got {heads!r}")
+    if not 0 <= heads < n_heads:
+        raise ValueError(f"head index {heads} out of range for {n_heads} heads")
+
+
+def check_residual(residual: Any) -> float:
+    if isinstance(residual, bool) or not isinstance(residual, numbers.Real) or not 0.0 <= residual <= 1.0:
+        raise ValueError(f"residual must be a number in [0, 1], got {residual!r}")
+    return float(residual)
+
+
+def zero_padding(x: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Set rows and columns of padded positions to exactly 0. x: (B, ..., T, T)."""
+    extra = x.ndim - 3
+    shape_q = (valid.shape[0],) + (1,) * extra + (valid.shape[1], 1)
+    shape_k = (valid.shape[0],) + (1,) * extra + (1, valid.shape[1])
+    return np.where(valid.reshape(shape_q) & valid.reshape(shape_k), x, 0.0)
+
+
+def normalize_rows(x: np.ndarray) -> np.ndarray:
+    """Divide each row by its sum; rows summing to 0 stay 0 (guarded)."""
+    s = x.sum(axis=-1, keepdims=True)
+    return np.divide(x, s, out=np.zeros_like(x), where=s > 0)
+
+
+def head_stack(p: Prepared, *, renormalize: bool) -> np.ndarray:
+    """Every head as float64, padding zeroed, rows rescaled if asked. (B, L, H, T, T)."""
+    x = p.attn.astype(np.float64)
+    if not p.full:
+        x = zero_padding(x, p.valid)
+    if renormalize:
+        x = normalize_rows(x)
+    return x
+
+
+def aggregate_heads(p: Prepared, heads: Any, *, renormalize: bool) -> np.ndarray:
+    """Head aggregation per layer: mean (default), sum, max, or one head. Returns (B, L, T, T) float64."""
+    check_heads(heads, p.attn.shape[2])
+    if renormalize or not p.full:
+        x = head_stack(p, renormalize=renormalize)  # (B, L, H, T, T)
+    else:
+        x = p.attn  # aggregate straight from the input's dtype, into float64
+    if isinstance(heads, str):
+        if heads == "mean":
+            w = x.mean(axis=2, dtype=np.float64)
+        elif heads == "sum":
+            w = x.sum(axis=2, dtype=np.float64)
+        else:
+            w = x.max(axis=2).astype(np.float64)
+    else:
+        w = x[:, :, int(heads)].astype(np.float64)
+    return w  # (B, L, T, T)
+
+
+def mix_residual(w: np.ndarray, valid: np.ndarray, residual: float) -> np.ndarray:
+    """A = (1 - residual) * W + residual * I on the real positions, then rows re-normalised.
+
+    w: (B, ..., T, T) with padding already zero; the identity covers real positions only, so padded
+    rows and columns stay 0. Rows summing to 0 stay 0.
+    """
+    eye = np.eye(w.shape[-1], dtype=np.float64) * valid[:, None, :]  # (B, T, T)
+    eye = eye.reshape((w.shape[0],) + (1,) * (w.ndim - 3) + w.shape[-2:])
+    return normalize_rows((1.0 - residual) * w + residual * eye)
+
+
+def check_positions(values: Any, name: str, upper: int, what: str) -> np.ndarray:
+    """None -> all of range(upper); an int or a sequence of ints, each in [0, upper)."""
+    if values is None:
+        return np.arange(upper)
+    if isinstance(values, numbers.Integral) and not isinstance(values, bool):
+        values = [values]
+    if not isinstance(values, Sequence | np.ndarray) or isinstance(values, str):
+        raise ValueError(f"{name} must be an int or a sequence of ints, got {values!r}")
+    out = np.asarray(values)
+    if out.ndim != 1 or out.size == 0:
+        raise ValueError(f"{name} must be a non-empty sequence of ints, got {values!r}")
+    if not np.issubdtype(out.dtype, np.integer):
+        raise ValueError(f"{name} must be ints, got {values!r}")
+    bad = out[(out < 0) | (out >= upper)]
+    if bad.size:
+        raise ValueError(f"{name} index {int(bad[0])} out of range: {what}")
+    return out.astype(np.int64)

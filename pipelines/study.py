@@ -60,7 +60,11 @@ def main(cfg: DictConfig) -> None:
 
 
 class AggregateSeeds(Callback):
-    """After a sweep: stack the finished jobs' correlation tables into reports/sweep/."""
+    """After a sweep: stack the finished jobs' correlation tables into reports/<into>/ (``sweep``
+    for seeds; ``hydra.callbacks.aggregate.into=recipes`` for a sweep over recipe choices)."""
+
+    def __init__(self, into: str = "sweep") -> None:
+        self.into = into
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from attnflow.paths import StudyPaths
@@ -68,7 +72,7 @@ class AggregateSeeds(Callback):
 
         out = StudyPaths.from_config(config.paths, root=to_absolute_path("."))
         report = stack_jobs(
-            Path(config.hydra.sweep.dir), config.paths, list(config.tasks), out, error_file=ERROR_FILE
+            Path(config.hydra.sweep.dir), config.paths, list(config.tasks), out, error_file=ERROR_FILE, name=self.into
         )
         if report["failed"]:
             names = "; ".join(f"job {j['job']} ({j['overrides']}): {j['error']}" for j in report["failed"])

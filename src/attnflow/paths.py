@@ -117,11 +117,27 @@ class StudyPaths:
         """Every explained generation (M per method and option), for figures and scripts."""
         return self.explain / "generation"
 
+    def sweep_table(self, name: str = "sweep") -> Path:
+        """A sweep's finished jobs' correlation tables, stacked (``pipelines.study``); ``name`` is
+        the sweep's aggregate folder: ``sweep`` (seeds) or ``recipes`` (recipe choices)."""
+        return self.reports / name / "correlations.csv"
+
+    def sweep_jobs_file(self, name: str = "sweep") -> Path:
+        """Every job of a sweep: seed, overrides, status, error, each task's accuracy."""
+        return self.reports / name / "jobs.json"
+
     @property
     def sweep(self) -> Path:
-        """Seed sweeps: every finished job's correlation table, stacked (``pipelines.study``)."""
-        return self.reports / "sweep" / "correlations.csv"
+        return self.sweep_table("sweep")
 
     @property
     def sweep_jobs(self) -> Path:
-        return self.reports / "sweep" / "jobs.json"
+        return self.sweep_jobs_file("sweep")
+
+    @property
+    def recipes(self) -> Path:
+        return self.sweep_table("recipes")
+
+    @property
+    def recipe_jobs(self) -> Path:
+        return self.sweep_jobs_file("recipes")

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from attnflow.io import read_parquet, write_json, write_text
+from attnflow.io import read_json, read_parquet, write_json, write_text
 from attnflow.paths import StudyPaths
 
 __all__ = ["stack_jobs"]
@@ -26,6 +26,19 @@ def _last_line(path: Path) -> str:
     return lines[-1].strip() if lines else "failed (no message)"
 
 
+def _accuracy(path: Path) -> dict[str, Any]:
+    """A job's accuracies from its train_metrics.json: test, teacher, per attractor count."""
+    if not path.is_file():
+        return {}
+    metrics = read_json(path)
+    attractors = metrics.get("extra_eval", {}).get("attractors", {})
+    return {
+        "accuracy": metrics.get("accuracy"),
+        "teacher_accuracy": (metrics.get("teacher") or {}).get("accuracy"),
+        "accuracy_by_attractors": attractors.get("accuracy_by_attractors"),
+    }
+
+
 def stack_jobs(
     sweep_dir: Path,
     paths: Mapping[str, Any],
@@ -33,9 +46,12 @@ def stack_jobs(
     out: StudyPaths,
     *,
     error_file: str = "error.txt",
+    name: str = "sweep",
 ) -> dict[str, Any]:
-    """Write ``out.sweep`` (stacked tables of the finished jobs) and ``out.sweep_jobs`` (every job:
-    seed, overrides, status, error); return the latter's content."""
+    """Write ``out.sweep_table(name)`` (stacked tables of the finished jobs, with their ``seed``,
+    ``job`` and the job's ``overrides`` other than the seed) and ``out.sweep_jobs_file(name)`` (every
+    job: seed, overrides, status, error, and each task's test / teacher / per-attractor accuracy);
+    return the latter's content."""
     import yaml
 
     jobs = sorted(
@@ -59,8 +75,12 @@ def stack_jobs(
             record.update(status="incomplete", error="no correlation table for every task")
         else:
             record["status"] = "finished"
+            record["accuracy"] = {t: _accuracy(job_paths.train_metrics(t)) for t in tasks}
+            recipe = " ".join(o for o in record["overrides"].split() if not o.startswith("seed="))
             tables += [
-                read_parquet(job_paths.correlations(t)).assign(seed=params.get("seed"), job=job.name)
+                read_parquet(job_paths.correlations(t)).assign(
+                    seed=params.get("seed"), job=job.name, overrides=recipe
+                )
                 for t in tasks
             ]
         records.append(record)
@@ -70,6 +90,6 @@ def stack_jobs(
         "seeds": sorted(r["seed"] for r in records if r["status"] == "finished"),
     }
     stacked = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
-    write_text(out.sweep, stacked.to_csv(index=False))
-    write_json(out.sweep_jobs, payload)
+    write_text(out.sweep_table(name), stacked.to_csv(index=False))
+    write_json(out.sweep_jobs_file(name), payload)
     return payload

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from attnflow.io import load_artifact, write_json, write_text
+from attnflow.io import load_artifact, read_json, write_json, write_text
 from attnflow.paths import StudyPaths
 
 from .context import FIGURES, Context
@@ -41,6 +41,32 @@ class Report:
     figures: list[Path] = field(default_factory=list)
 
 
+def _stacked(path: Path) -> pd.DataFrame | None:
+    """A sweep's stacked table; None when the file is absent or empty (no sweep finished)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return None
+    return load_artifact(path, pd.read_csv, what="sweep table")
+
+
+def with_main_run(
+    stacked: pd.DataFrame | None, inputs: Mapping[str, Any], seed: int | None, *, overrides: str | None = None
+) -> pd.DataFrame | None:
+    """A sweep's table plus this study's own run (job ``main``) as one more job, unless the sweep
+    already ran the same seed (same seed => identical tables) or has no finished job. A seed sweep
+    over seeds 1, 2 next to ``dvc repro`` at seed 0 thus reports three seeds without re-running 0;
+    ``overrides`` labels the main run in a recipe sweep."""
+    if stacked is None or seed is None:
+        return stacked
+    if overrides is None and seed in set(stacked["seed"]):
+        return stacked
+    main = [
+        got.table.assign(seed=seed, job="main", **({"overrides": overrides} if overrides else {}))
+        for got in inputs.values()
+        if got.table is not None
+    ]
+    return pd.concat([stacked, *main], ignore_index=True)
+
+
 def build_report(
     *, tasks: Sequence[str], paths: StudyPaths, config: Mapping[str, Any] | None = None
 ) -> Report:
@@ -51,10 +77,18 @@ def build_report(
     removed from ``figures/``.
     """
     inputs = {task: load_task(task, paths) for task in tasks}
-    has_sweep = paths.sweep.is_file() and paths.sweep.stat().st_size > 0  # empty: no sweep finished
-    sweep = load_artifact(paths.sweep, pd.read_csv, what="sweep table") if has_sweep else None
     comparison = comparison_frame({t: got.table for t, got in inputs.items()})
-    ctx = Context(paths=paths, inputs=inputs, config=dict(config or {}), comparison=comparison, sweep=sweep)
+    ctx = Context(
+        paths=paths,
+        inputs=inputs,
+        config=dict(config or {}),
+        comparison=comparison,
+        sweep=with_main_run(_stacked(paths.sweep), inputs, (config or {}).get("seed")),
+        recipes=with_main_run(
+            _stacked(paths.recipes), inputs, (config or {}).get("seed"), overrides="defaults"
+        ),
+        recipe_jobs=read_json(paths.recipe_jobs)["jobs"] if paths.recipe_jobs.is_file() else [],
+    )
     for section in SECTIONS:
         section(ctx)
 

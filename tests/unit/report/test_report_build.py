@@ -162,3 +162,31 @@ def test_seed_aggregate_section_and_stale_figures_removed(tmp_path, make_stage_o
     assert "0.70 ± 0.14 [0.60, 0.80] n=2" in flow
     delta = next(r for r in rows if r.startswith("| Flow Δ |"))
     assert [c.strip() for c in delta.strip("|").split("|")][3] == "+0.00"
+
+
+def test_recipe_section_one_line_per_choice_with_accuracy_and_delta(tmp_path, make_stage_outputs):
+    make_stage_outputs(tmp_path, tasks=("agreement",))
+    paths = study_paths(tmp_path)
+    jobs = []
+    for job, (choice, flow_l3) in enumerate((("recipe=plain", 0.5), ("recipe=authors", 0.75))):
+        table = correlations("agreement").assign(seed=0, job=str(job), overrides=choice)
+        table.loc[
+            (table["method"] == "flow") & (table["layer"] == 3) & (table["importance"] == "blank_out"), "mean"
+        ] = flow_l3
+        jobs.append(table)
+    paths.recipes.parent.mkdir(parents=True)
+    pd.concat(jobs).to_csv(paths.recipes, index=False)
+    records = [
+        {"job": "0", "seed": 0, "overrides": "recipe=plain seed=0", "status": "finished",
+         "accuracy": {"agreement": {"accuracy": 0.94, "teacher_accuracy": None}}},
+        {"job": "1", "seed": 0, "overrides": "recipe=authors", "status": "finished",
+         "accuracy": {"agreement": {"accuracy": 0.95, "teacher_accuracy": 0.97}}},
+    ]  # fmt: skip
+    paths.recipe_jobs.write_text(json.dumps({"jobs": records}))
+    md = _build(tmp_path, tasks=("agreement",), examples=[], n_examples=0).markdown
+    rows = md.split("## Recipe choices", 1)[1].split("\n## ", 1)[0].splitlines()
+    plain = next(r for r in rows if r.startswith("| recipe=plain |") and "| Flow |" in r)
+    authors = next(r for r in rows if r.startswith("| recipe=authors |") and "| Flow |" in r)
+    # Table 1 flow L3 is 0.70 in the paper: 0.50 -> -0.20, 0.75 -> +0.05
+    assert "0.940 (n/a)" in plain and "0.50 (-0.20)" in plain
+    assert "0.950 (0.970)" in authors and "0.75 (+0.05)" in authors

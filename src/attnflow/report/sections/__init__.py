@@ -10,6 +10,7 @@ from . import (
     maps,
     overview,
     paper_tables,
+    recipes,
     seeds,
     sensitivity,
 )
@@ -25,6 +26,7 @@ SECTIONS = (
     generation.section,
     maps.section,
     seeds.section,
+    recipes.section,
     findings.section,
 )
 

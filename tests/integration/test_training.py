@@ -21,7 +21,8 @@ from attnflow.lit import train_task
 from attnflow.models import load_classifier
 from pipelines import _config
 
-STUDY = _config.compose()  # the study's own values, overridden below where a tiny run needs it
+STUDY = _config.compose(["recipe=plain"])  # the study's values (plain recipe: these test training itself; the
+# distilled default is trained in tests/e2e and tests/unit/test_distill_loss.py), overridden below for a tiny run
 TINY_MODEL = {
     **_config.to_dict(STUDY.task.agreement.model),
     "n_layer": 2,

@@ -54,19 +54,22 @@ def stack_jobs(
     return the latter's content."""
     import yaml
 
-    jobs = sorted(
-        (p for p in Path(sweep_dir).iterdir() if (p / "params.yaml").is_file()),
+    jobs = sorted(  # a job that failed before writing its params.yaml (a refused config) still counts
+        (p for p in Path(sweep_dir).iterdir() if (p / "params.yaml").is_file() or (p / error_file).is_file()),
         key=lambda p: (len(p.name), p.name),
     )
     records, tables = [], []
     for job in jobs:
-        params = yaml.safe_load((job / "params.yaml").read_text(encoding="utf-8"))
+        params_file = job / "params.yaml"
+        params = yaml.safe_load(params_file.read_text(encoding="utf-8")) if params_file.is_file() else {}
         job_paths = StudyPaths.from_config(paths, root=job)
         overrides = job / ".hydra" / "overrides.yaml"
+        given = yaml.safe_load(overrides.read_text()) if overrides.is_file() else []
+        seed = params.get("seed", next((o.split("=", 1)[1] for o in given if o.startswith("seed=")), None))
         record = {
             "job": job.name,
-            "seed": params.get("seed"),
-            "overrides": " ".join(yaml.safe_load(overrides.read_text())) if overrides.is_file() else "",
+            "seed": int(seed) if seed is not None else None,
+            "overrides": " ".join(given),
         }
         done = all(job_paths.correlations(t).is_file() for t in tasks)
         if (job / error_file).is_file():

@@ -51,3 +51,17 @@ def test_recipe_sweep_is_stacked_under_its_name_with_overrides_and_accuracy(tmp_
     assert jobs[0]["accuracy"] == {
         "agreement": {"accuracy": 0.9, "teacher_accuracy": 0.95, "accuracy_by_attractors": {"1": 0.8}}
     }
+
+
+def test_a_job_refused_before_writing_its_params_is_named_as_failed(tmp_path):
+    sweep = tmp_path / "multirun"
+    _job(sweep, 0, ["seed=0"], mean=0.5)
+    refused = sweep / "1"
+    (refused / ".hydra").mkdir(parents=True)
+    (refused / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(["seed=-1"]))
+    (refused / "error.txt").write_text("Traceback ...\nConfigError: config: seed=-1: must be >= 0\n")
+    report = stack_jobs(sweep, PATHS, ["agreement"], StudyPaths.from_config(PATHS, root=tmp_path))
+    assert report["seeds"] == [0]
+    assert [(j["job"], j["seed"], j["error"]) for j in report["failed"]] == [
+        ("1", -1, "ConfigError: config: seed=-1: must be >= 0")
+    ]

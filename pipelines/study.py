@@ -72,7 +72,12 @@ class AggregateSeeds(Callback):
 
         out = StudyPaths.from_config(config.paths, root=to_absolute_path("."))
         report = stack_jobs(
-            Path(config.hydra.sweep.dir), config.paths, list(config.tasks), out, error_file=ERROR_FILE, name=self.into
+            Path(config.hydra.sweep.dir),
+            config.paths,
+            list(config.tasks),
+            out,
+            error_file=ERROR_FILE,
+            name=self.into,
         )
         if report["failed"]:
             names = "; ".join(f"job {j['job']} ({j['overrides']}): {j['error']}" for j in report["failed"])

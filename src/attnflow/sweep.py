@@ -50,7 +50,7 @@ def stack_jobs(
 ) -> dict[str, Any]:
     """Write ``out.sweep_table(name)`` (stacked tables of the finished jobs, with their ``seed``,
     ``job`` and the job's ``overrides`` other than the seed) and ``out.sweep_jobs_file(name)`` (every
-    job: seed, overrides, status, error, and each task's test / teacher / per-attractor accuracy);
+    job: seed, overrides, recipe (the overrides but the seed), status, error, and each task's test / teacher / per-attractor accuracy);
     return the latter's content."""
     import yaml
 
@@ -70,6 +70,9 @@ def stack_jobs(
             "job": job.name,
             "seed": int(seed) if seed is not None else None,
             "overrides": " ".join(given),
+            "recipe": " ".join(
+                o for o in given if not o.startswith("seed=")
+            ),  # what the job varies besides the seed
         }
         done = all(job_paths.correlations(t).is_file() for t in tasks)
         if (job / error_file).is_file():
@@ -79,10 +82,9 @@ def stack_jobs(
         else:
             record["status"] = "finished"
             record["accuracy"] = {t: _accuracy(job_paths.train_metrics(t)) for t in tasks}
-            recipe = " ".join(o for o in record["overrides"].split() if not o.startswith("seed="))
             tables += [
                 read_parquet(job_paths.correlations(t)).assign(
-                    seed=params.get("seed"), job=job.name, overrides=recipe
+                    seed=record["seed"], job=job.name, overrides=record["recipe"]
                 )
                 for t in tasks
             ]

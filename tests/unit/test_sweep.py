@@ -48,6 +48,7 @@ def test_recipe_sweep_is_stacked_under_its_name_with_overrides_and_accuracy(tmp_
     assert not out.sweep.exists()  # a named sweep leaves the seed sweep's files alone
     assert [j["error"] for j in report["failed"]] == ["ValueError: boom"]
     jobs = json.loads(out.recipe_jobs.read_text())["jobs"]
+    assert [j["recipe"] for j in jobs] == ["recipe=plain", "recipe=authors", "recipe=authors"]
     assert jobs[0]["accuracy"] == {
         "agreement": {"accuracy": 0.9, "teacher_accuracy": 0.95, "accuracy_by_attractors": {"1": 0.8}}
     }

@@ -177,9 +177,9 @@ def test_recipe_section_one_line_per_choice_with_accuracy_and_delta(tmp_path, ma
     paths.recipes.parent.mkdir(parents=True)
     pd.concat(jobs).to_csv(paths.recipes, index=False)
     records = [
-        {"job": "0", "seed": 0, "overrides": "recipe=plain seed=0", "status": "finished",
+        {"job": "0", "seed": 0, "overrides": "recipe=plain seed=0", "recipe": "recipe=plain", "status": "finished",
          "accuracy": {"agreement": {"accuracy": 0.94, "teacher_accuracy": None}}},
-        {"job": "1", "seed": 0, "overrides": "recipe=authors", "status": "finished",
+        {"job": "1", "seed": 0, "overrides": "recipe=authors", "recipe": "recipe=authors", "status": "finished",
          "accuracy": {"agreement": {"accuracy": 0.95, "teacher_accuracy": 0.97}}},
     ]  # fmt: skip
     paths.recipe_jobs.write_text(json.dumps({"jobs": records}))

@@ -36,9 +36,7 @@ def section(ctx: Context) -> None:
         return
     cells = recipe_cells(ctx.recipes).set_index(["overrides", "task", "importance", "method", "layer"])
     accuracy = {
-        " ".join(o for o in job["overrides"].split() if not o.startswith("seed=")): job.get("accuracy", {})
-        for job in ctx.recipe_jobs
-        if job.get("status") == "finished"
+        job["recipe"]: job.get("accuracy", {}) for job in ctx.recipe_jobs if job.get("status") == "finished"
     }
     accuracy["defaults"] = {  # this study's own run
         task: {"accuracy": (got.train_metrics or {}).get("accuracy"),

@@ -88,6 +88,9 @@ def validate(cfg: DictConfig | dict, *, source: str = "config") -> DictConfig:
         for key, value in _lookup(container, pattern.split(".")):
             if value is not None and not ok(value):
                 raise ConfigError(f"{source}: {key}={value!r}: {rule}")
+    for check in STUDY_CHECKS:
+        if problem := check(container):
+            raise ConfigError(f"{source}: {problem}")
     for check in TASK_CHECKS:
         for name, task in container["task"].items():
             if problem := check(task):
@@ -196,6 +199,18 @@ def _teacher_exists(task: dict) -> str | None:
 
 
 TASK_CHECKS: list[Callable[[dict], str | None]] = [_split_sums_to_one, _heads_divide_width, _teacher_exists]
+
+
+def _cls_ranked_only_if_blanked(study: dict) -> str | None:
+    if study["correlate"]["include_cls"]["blank_out"] and study["attribution"]["blank_positions"] != "all":
+        return (
+            "correlate.include_cls.blank_out=true needs attribution.blank_positions=all: with "
+            f"{study['attribution']['blank_positions']!r} CLS is never blanked and would be ranked with a score of 0"
+        )
+    return None
+
+
+STUDY_CHECKS: list[Callable[[dict], str | None]] = [_cls_ranked_only_if_blanked]
 
 
 def _lookup(tree: Any, parts: list[str], prefix: str = ""):

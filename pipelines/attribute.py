@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from omegaconf import DictConfig
 
-from attnflow.attribution.samples import attribute_samples, method_options
+from attnflow.attribution.samples import attribute_samples, blank_switches, method_options
 from attnflow.devices import resolve_device
 from attnflow.io import read_parquet, save_ragged
 from attnflow.models import load_classifier
@@ -18,24 +18,23 @@ def run(cfg: DictConfig, task: str) -> None:
         device = resolve_device(cfg.trainer.device)
         model, encoder = load_classifier(paths.model(task), device=device)
         samples = read_parquet(paths.samples(task))
-        options = method_options(
-            opts.pop("methods"),
-            encoder,
-            gradient_target=settings.gradient_target,
-            gradient_class=settings.gradient_class,
-            **opts,
+        methods, grad = opts.pop("methods"), dict(gradient_target=settings.gradient_target,
+                                                   gradient_class=settings.gradient_class)  # fmt: skip
+        common = dict(
+            pad_id=encoder.pad_id, batch_size=cfg.attribution.batch_size, device=device, progress=True
         )
+        ids, labels = samples["input_ids"].tolist(), samples["label"].to_numpy()
         scores = attribute_samples(
-            model,
-            samples["input_ids"].tolist(),
-            samples["label"].to_numpy(),
-            options=options,
-            pad_id=encoder.pad_id,
-            batch_size=cfg.attribution.batch_size,
-            device=device,
-            progress=True,
+            model, ids, labels, options=method_options(methods, encoder, **grad, **opts), **common
         )
         save_ragged(paths.importance(task), scores, ids=samples["sample_id"].to_numpy())
+        if "blank_out" in methods:  # each blank-out switch flipped alone: the report's sensitivity table
+            switched = {
+                name: attribute_samples(model, ids, labels, options=method_options(["blank_out"], encoder, **grad, **flipped),
+                                        **common)["blank_out"]
+                for name, flipped in blank_switches(opts).items()
+            }  # fmt: skip
+            save_ragged(paths.switched_importance(task), switched, ids=samples["sample_id"].to_numpy())
         mlrun.log_metrics({m: {"mean": float(np.mean([s.mean() for s in v]))} for m, v in scores.items()})
 
 

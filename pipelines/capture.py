@@ -22,6 +22,7 @@ def run(cfg: DictConfig, task: str) -> None:
         model, encoder = load_classifier(paths.model(task), device=device)
         got = capture_study(
             model, encoder, read_parquet(split), n_samples=samples_cfg.n_samples, seed=cfg.seed,
+            select=samples_cfg.select,
             needs=needed_inputs(cfg.explain.methods), target=opts.target, batch_size=opts.batch_size,
             max_length=opts.max_length, dtype=opts.dtype, device=device,
         )  # fmt: skip

@@ -5,15 +5,17 @@ from __future__ import annotations
 import pandas as pd
 from omegaconf import DictConfig
 
+from attnflow.attribution.samples import blank_switches
 from attnflow.io import load_aligned, load_ragged, write_json, write_parquet, write_text
 from attnflow.metrics.tables import (
+    CorrelationSettings,
     configured,
     correlation_frame,
     curves_frame,
     metrics_tree,
-    sensitivity_frame,
+    switch_frame,
 )
-from pipelines import _stage
+from pipelines import _config, _stage
 
 
 def run(cfg: DictConfig, task: str) -> None:
@@ -23,14 +25,24 @@ def run(cfg: DictConfig, task: str) -> None:
         maps = load_aligned(paths.maps(task), ids, against=str(paths.importance(task)))  # joined on sample_id
         if missing := [m for m in methods if m not in maps]:
             raise ValueError(f"{paths.maps(task)}: no maps for {missing}; re-run the explain stage")
-        exclude = {kind: () if opts.include_cls[kind] else (0,) for kind in importance}
-        options = dict(undefined=opts.undefined, seed=cfg.seed, task=task)
+        settings = CorrelationSettings(opts.spearman, opts.undefined, dict(opts.include_cls))
+        switched = {}
+        if paths.switched_importance(task).is_file():  # blank-out under each attribution switch
+            loaded = load_aligned(paths.switched_importance(task), ids, against=str(paths.importance(task)))
+            flips = blank_switches(_config.to_dict(cfg.attribution))
+            switched = {
+                f"attribution.{name}": ("blank_out", scores, flips[name]["blank_positions"] == "all")
+                for name, scores in loaded.items() if name in flips
+            }  # fmt: skip
+        common = dict(undefined=opts.undefined, seed=cfg.seed, task=task)
         table = pd.concat([
             correlation_frame(
-                {m: maps[m] for m in methods}, importance, exclude=exclude, method=opts.spearman, n_boot=opts.n_boot,
-                ci=opts.ci, head_maps={m: maps[f"{m}_heads"] for m in methods if f"{m}_heads" in maps}, **options,
+                {m: maps[m] for m in methods}, importance, exclude=settings.exclude(list(importance)),
+                method=opts.spearman, n_boot=opts.n_boot, ci=opts.ci,
+                head_maps={m: maps[f"{m}_heads"] for m in methods if f"{m}_heads" in maps}, **common,
             ),
-            sensitivity_frame({m: maps[m] for m in methods}, importance, **options),
+            switch_frame({m: maps[m] for m in methods}, importance, settings=settings, switched_importance=switched,
+                         cls_blanked=cfg.attribution.blank_positions == "all", seed=cfg.seed, task=task),
         ], ignore_index=True)  # fmt: skip
         write_parquet(paths.correlations(task), table)
         write_json(paths.correlations_metrics(task), metrics_tree(table))

@@ -24,6 +24,7 @@ from attnflow.data.subsets import seeded_split
 
 __all__ = [
     "CLASS_INPUTS",
+    "SELECTIONS",
     "Captured",
     "StudySamples",
     "capture",
@@ -111,16 +112,29 @@ def capture(
     )
 
 
-def select_samples(frame: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
-    """A seeded random subset of ``n`` rows (all rows if ``n`` >= len), kept in file order, with
-    ``sample_id`` = the row's position in ``frame`` (the id every later stage joins on)."""
+SELECTIONS = ("first", "random")
+
+
+def select_samples(frame: pd.DataFrame, n: int, seed: int, select: str = "random") -> pd.DataFrame:
+    """``n`` rows (all rows if ``n`` >= len) in file order, with ``sample_id`` = the row's position in
+    ``frame`` (the id every later stage joins on): a seeded random subset (``select="random"``) or
+    the first ``n`` (``"first"``, the authors' notebook: the first 100 validation examples).
+
+    >>> select_samples(pd.DataFrame({"text": list("abcde")}), 2, seed=0, select="first")["text"].tolist()
+    ['a', 'b']
+    """
+    if select not in SELECTIONS:
+        raise ValueError(f"select must be one of {SELECTIONS}, got {select!r}")
     if n >= len(frame):
         if n > len(frame):
             warnings.warn(
                 f"{n} samples asked for, the split has only {len(frame)}: using all of them", stacklevel=2
             )
         return frame.assign(sample_id=np.arange(len(frame))).reset_index(drop=True)
-    index, _ = seeded_split(len(frame), n, np.random.default_rng(seed))
+    if select == "first":
+        index = np.arange(n)
+    else:
+        index, _ = seeded_split(len(frame), n, np.random.default_rng(seed))
     return frame.iloc[index].assign(sample_id=index).reset_index(drop=True)
 
 
@@ -131,6 +145,7 @@ def capture_split(
     *,
     n_samples: int,
     seed: int,
+    select: str = "random",
     batch_size: int = 64,
     max_length: int | None = None,
     dtype: np.dtype | str = np.float32,
@@ -144,7 +159,7 @@ def capture_split(
     """
     if frame.empty:
         raise ValueError("the split has no rows to capture")
-    samples = select_samples(frame, n_samples, seed)
+    samples = select_samples(frame, n_samples, seed, select)
     limit = getattr(encoder, "max_length", None)
     got = capture(
         model,
@@ -240,6 +255,7 @@ def capture_study(
     *,
     n_samples: int,
     seed: int,
+    select: str = "random",
     needs: Sequence[str] = (),
     target: str | int = "predicted",
     batch_size: int = 64,
@@ -250,7 +266,8 @@ def capture_study(
     """:func:`capture_split` and, when ``needs`` names them, the class-specific inputs of the
     same samples (:func:`class_relevance`, explaining class ``target``)."""
     samples, attentions = capture_split(
-        model, encoder, frame, n_samples=n_samples, seed=seed, batch_size=batch_size, max_length=max_length,
+        model, encoder, frame, n_samples=n_samples, seed=seed, select=select, batch_size=batch_size,
+        max_length=max_length,
         dtype=dtype, device=device,
     )  # fmt: skip
     extra = {}

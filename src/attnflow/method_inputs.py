@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["EXPLAINER_INPUTS", "needed_inputs"]
+__all__ = ["EXPLAINER_INPUTS", "METHOD_ROWS", "method_rows", "needed_inputs"]
 
 # method -> the per-sample arrays it needs besides the attentions (shaped like them)
 EXPLAINER_INPUTS: dict[str, tuple[str, ...]] = {
@@ -19,6 +19,27 @@ EXPLAINER_INPUTS: dict[str, tuple[str, ...]] = {
     "chefer": ("attn_grad",),  # d logit[target] / d attention
     "chefer_lrp": ("attn_grad", "attn_relevance"),  # and LRP's relevance of each attention map
 }
+
+# method -> which row of its maps explains the input: "task" (task.<name>.rows, the study's choice
+# for the class-agnostic maps: CLS on agreement, the authors' max on SST-2) or "classification"
+# (the row of the token the classifier reads, CLS for the study's models: a class-specific map's
+# other rows are dominated by each token's own identity term, and max over them inverts importance)
+METHOD_ROWS: dict[str, str] = {
+    "raw": "task",
+    "rollout": "task",
+    "flow": "task",
+    "chefer": "classification",
+    "chefer_lrp": "classification",
+}
+
+
+def method_rows(method: str, task_rows: str) -> str:
+    """The row choice ``method`` reads when the task's setting is ``task_rows``.
+
+    >>> method_rows("rollout", "max"), method_rows("chefer", "max")
+    ('max', 'cls')
+    """
+    return task_rows if METHOD_ROWS[method] == "task" else "cls"
 
 
 def needed_inputs(methods: Iterable[str]) -> list[str]:

@@ -87,6 +87,7 @@ class TrainerConfig:
 class CaptureTaskConfig:
     split: str = MISSING
     n_samples: int = MISSING
+    select: str = MISSING  # first (the authors' first n in file order) | random (seeded)
 
 
 @dataclass
@@ -128,6 +129,7 @@ class ExplainConfig:
 @dataclass
 class AttributionConfig:
     methods: list[str] = field(default_factory=list)
+    blank_positions: str = MISSING  # all (CLS blanked too) | skip_cls
     blank_token: str = MISSING
     mask_blank: bool = MISSING
     blank_target: str = MISSING
@@ -216,7 +218,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "explain.cls_self": ("authors", "keep", "min", "zero"),
     "task.*.rows": ("cls", "max", "mean"),
     "attribution.methods": ("blank_out", "input_gradients"),
+    "attribution.blank_positions": ("all", "skip_cls"),
     "attribution.blank_token": ("pad", "unk", "mask"),
+    "task.*.capture.select": ("first", "random"),
     "attribution.blank_target": ("predicted", "gold"),
     "attribution.blank_score": ("prob", "logit"),
     "task.*.gradient_target": ("p0_minus_p1", "prob", "logit"),

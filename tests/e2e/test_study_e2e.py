@@ -132,7 +132,15 @@ def test_every_stage_runs_and_writes_its_outputs(tiny_study):
         assert [a.shape for a in relevance["attn_grad"]] == [a.shape for a in attn]
         importance = load_ragged(paths.importance(task))
         assert [len(v) for v in importance["blank_out"]] == samples["length"].tolist()
-        assert all(v[0] == 0 for v in importance["blank_out"])  # CLS is never blanked
+        assert all(
+            v[-1] == 0 for v in importance["blank_out"]
+        )  # the end marker (<eos>, [SEP]) is never blanked
+        if task == "agreement":  # the authors' input: <cls> prefix <eos>; the first samples of val
+            assert all(t[0] == "<cls>" and t[-1] == "<eos>" for t in samples["tokens"])
+            assert samples["sample_id"].tolist() == list(range(n))
+        switched = load_ragged(paths.switched_importance(task))
+        assert set(switched) == {"blank_positions=skip_cls", "blank_token=pad", "mask_blank=true"}
+        assert all(v[0] == 0 for v in switched["blank_positions=skip_cls"])  # CLS not blanked there
         table = pd.read_parquet(paths.correlations(task))
         assert list(table.columns) == list(COLUMNS)
         main = table[(table["variant"] == "configured") & table["head"].isna()]
@@ -144,16 +152,20 @@ def test_every_stage_runs_and_writes_its_outputs(tiny_study):
             sorted(heads["head"].unique()) == [0, 1] and len(heads) == 2 * len(main) * 3 // 5
         )  # raw/rollout/flow
         variants = table[table["variant"] != "configured"]
-        assert variants["variant"].nunique() == 6 and "spearman=average, CLS authors" in set(
-            variants["variant"]
-        )
-        # The configured variant re-scored without bootstrap gives the same means as the table.
-        authors = variants[variants["variant"] == "spearman=average, CLS authors"].set_index(
+        assert {
+            "correlate.spearman=average",
+            "correlate.include_cls.blank_out=false",
+            "attribution.blank_positions=skip_cls",
+            "attribution.blank_token=pad",
+            "attribution.mask_blank=true",
+        } <= set(variants["variant"])
+        # Flipping the undefined rule changes nothing where no correlation is undefined: the same
+        # means as the configured cells (here the configured zero rule, re-scored without bootstrap).
+        flipped = variants[variants["variant"] == "correlate.undefined=nan"].set_index(
             ["importance", "method", "layer"]
         )
-        assert authors["mean"].to_dict() == pytest.approx(
-            main.set_index(["importance", "method", "layer"])["mean"].to_dict()
-        )
+        defined = main[main["n_undefined"] == 0].set_index(["importance", "method", "layer"])["mean"]
+        assert flipped["mean"].reindex(defined.index).to_dict() == pytest.approx(defined.to_dict())
         metrics = json.loads(paths.correlations_metrics(task).read_text())
         assert metrics["blank_out"]["flow"]["L1"]["mean"] == pytest.approx(
             main.query("importance == 'blank_out' and method == 'flow' and layer == 1")["mean"].item()
@@ -182,7 +194,10 @@ def test_every_stage_runs_and_writes_its_outputs(tiny_study):
     metrics = json.loads((paths.reports / "metrics.json").read_text())
     assert set(metrics) == {"agreement", "sst2"}
     report_md = (paths.reports / "report.md").read_text()
-    assert "### Table 1" in report_md and "Sensitivity to the correlation's hidden choices" in report_md
+    assert "### Table 1" in report_md and "Sensitivity: which switch moves which cell" in report_md
+    assert (
+        "The paper's claims, one by one" in report_md and "The authors' choices, and this run's" in report_md
+    )
     assert (
         "Faithfulness beyond rank correlation" in report_md and "figures/perturbation_sst2.png" in report_md
     )

@@ -113,3 +113,26 @@ def test_unknown_key_inside_a_task_block_is_named(tmp_path):
     (tmp_path / "params.yaml").write_text(OmegaConf.to_yaml(cfg))
     with pytest.raises(_config.ConfigError, match=r"params.yaml: task.agreement.model.*n_layers"):
         _config.load(tmp_path / "params.yaml")
+
+
+def test_ranking_cls_against_blank_out_needs_cls_blanked():
+    # With skip_cls, CLS would be ranked with a blank-out score of 0 that nobody computed.
+    with pytest.raises(
+        _config.ConfigError, match=r"include_cls\.blank_out=true needs attribution\.blank_positions=all"
+    ):
+        _config.compose(["attribution.blank_positions=skip_cls"])
+    cfg = _config.compose(["protocol=final_notebook"])
+    assert (cfg.attribution.blank_positions, cfg.correlate.include_cls.blank_out) == ("skip_cls", False)
+
+
+def test_default_protocol_is_the_notebook_that_printed_tables_1_2():
+    cfg = _config.compose([])
+    assert cfg.task.agreement.model.append_eos is True
+    assert (cfg.task.agreement.capture.split, cfg.task.agreement.capture.n_samples) == ("val", 100)
+    assert cfg.task.agreement.capture.select == "first"
+    assert (cfg.attribution.blank_positions, cfg.attribution.blank_token, cfg.attribution.mask_blank) == (
+        "all",
+        "unk",
+        False,
+    )
+    assert (cfg.correlate.spearman, cfg.correlate.include_cls.blank_out) == ("dense_noties", True)

@@ -32,8 +32,9 @@ def blank_out(
 ) -> Tensor:
     """Blank-out importance of every position: how much the target output moves without that token.
 
-    For sample x and each real position t not in ``skip_positions``, x' is x with token t replaced
-    by ``blank_id``, and
+    For sample x and each real position t not in ``skip_positions`` (negative positions count back
+    from each sample's last real token: -1 is an ``<eos>`` or ``[SEP]``), x' is x with token t
+    replaced by ``blank_id``, and
 
         score(t) = | p(y | x) - p(y | x') |        (score="prob", the authors' choice)
         score(t) = | z_y(x) - z_y(x') |            (score="logit", z = logits)
@@ -41,11 +42,12 @@ def blank_out(
     where y is the class the model predicts for the clean x (``target="predicted"``, the authors')
     or the gold label (``target="gold"``). Skipped and padded positions get 0.
 
-    Blank token: the authors' code used the PAD id (the default here), the paper's text says UNK;
-    pass the UNK or MASK id to get those variants. ``mask_blank`` also zeroes the blanked position
-    in the attention mask. The authors built their attention mask from ``ids != pad``, so their PAD
-    blank was masked out: blanking then *deletes* the token as a key (positions of the others do
-    not shift). ``mask_blank=None`` (default) reproduces that: mask iff ``blank_id == pad_id``.
+    Blank token: the notebook that printed the paper's Tables 1-2 (Reflect d28ddd5) blanked every
+    position, CLS included, with UNK and no effective mask (its 0/1 "mask" was added to the logits);
+    the final notebook skipped CLS and blanked with PAD, masked through its ``ids != pad`` mask.
+    ``mask_blank`` zeroes the blanked position in the attention mask, so blanking *deletes* the
+    token as a key (positions of the others do not shift); ``mask_blank=None`` (default) masks iff
+    ``blank_id == pad_id``.
 
     The perturbed copies (all positions of several samples) go through the model in batches of
     ``batch_size`` under ``torch.no_grad()`` with the model in eval mode; every submodule gets its
@@ -60,6 +62,8 @@ def blank_out(
     >>> ids, mask = torch.tensor([[2, 5, 7, 0]]), torch.tensor([[1, 1, 1, 0]])
     >>> blank_out(model, ids, mask, blank_id=0, score="logit")
     tensor([[0., 1., 0., 0.]])
+    >>> blank_out(model, ids, mask, blank_id=0, score="logit", skip_positions=(-2,))  # skips the 5
+    tensor([[0., 0., 0., 0.]])
     """
     attention_mask = _check_batch(input_ids, attention_mask)
     if target not in ("predicted", "gold"):
@@ -73,9 +77,7 @@ def blank_out(
 
     n, t = input_ids.shape
     # Positions that get a perturbed copy: real tokens, minus the skipped ones (CLS by default).
-    eligible = attention_mask.bool().clone()  # (B, T)
-    skip = [p % t for p in skip_positions if -t <= p < t]
-    eligible[:, skip] = False
+    eligible = _eligible(attention_mask, skip_positions)  # (B, T)
     rows, cols = eligible.nonzero(as_tuple=True)  # (P,), (P,): one perturbed copy per pair
 
     def _scores(logits: Tensor, classes: Tensor) -> Tensor:  # (b, C), (b,) -> (b,)
@@ -112,3 +114,17 @@ def blank_out(
             rd, cd = rows_d[start : start + batch_size], cols_d[start : start + batch_size]
             out[rd, cd] = (clean_score[rd] - _scores(logits, target_cls[rd])).abs()
     return out
+
+
+def _eligible(attention_mask: Tensor, skip_positions: Sequence[int]) -> Tensor:
+    """(B, T) bool: real positions not skipped; a negative skip counts back from each row's last
+    real token (right padding), so -1 is that row's end marker whatever its length."""
+    eligible = attention_mask.bool().clone()  # (B, T)
+    n = eligible.shape[0]
+    lengths = attention_mask.long().sum(-1)  # (B,)
+    rows = torch.arange(n, device=eligible.device)
+    for p in skip_positions:
+        col = lengths + p if p < 0 else torch.full_like(lengths, p)  # (B,)
+        ok = (col >= 0) & (col < lengths)
+        eligible[rows[ok], col[ok]] = False
+    return eligible

@@ -15,7 +15,18 @@ import torch
 
 from attnflow.batches import length_batches, pad_batch
 
-__all__ = ["attribute_samples", "method_options"]
+__all__ = ["BLANK_POSITIONS", "BLANK_SWITCHES", "attribute_samples", "blank_switches", "method_options"]
+
+#: ``attribution.blank_positions``: the positions never blanked, besides the end markers.
+BLANK_POSITIONS: dict[str, tuple[int, ...]] = {"all": (), "skip_cls": (0,)}
+
+#: Blank-out's own switches, each flipped alone for the report's sensitivity table:
+#: ``attribution.<key>`` -> {configured value: the value it is flipped to}.
+BLANK_SWITCHES: dict[str, dict[Any, Any]] = {
+    "blank_positions": {"all": "skip_cls", "skip_cls": "all"},
+    "blank_token": {"unk": "pad", "pad": "unk", "mask": "unk"},
+    "mask_blank": {True: False, False: True},
+}
 
 
 def attribute_samples(
@@ -70,31 +81,38 @@ def method_options(
     methods: Sequence[str],
     encoder: Any,
     *,
-    blank_token: str = "pad",
-    mask_blank: bool = True,
-    blank_target: str = "predicted",
+    blank_positions: str = "all",
+    blank_token: str = "unk",
+    mask_blank: bool = False,
+    blank_target: str = "gold",
     blank_score: str = "prob",
     gradient_target: str = "p0_minus_p1",
-    gradient_class: str | int = "predicted",
+    gradient_class: str | int = "gold",
     gradient_reduction: str = "abs_sum",
     batch_size: int = 256,
 ) -> dict[str, dict[str, Any]]:
     """Keyword arguments of each importance score in ``methods``, from the study's settings (the
     ``attribution`` config group and ``task.<name>.gradient_*``; the names are the config keys).
 
-    ``blank_token`` names one of the encoder's special ids (pad / unk / mask); a PAD blank is also
-    masked out of attention when ``mask_blank`` (the authors' ``ids != pad`` mask).
+    ``blank_positions``: ``all`` blanks CLS like every token (the notebook that printed Tables 1-2),
+    ``skip_cls`` never blanks it (the final notebook). End markers (``<eos>``, ``[SEP]``: the
+    encoder's ``end_positions``) are never blanked and score 0, as the authors' ``<eos>``.
+    ``blank_token`` names one of the encoder's special ids (pad / unk / mask); ``mask_blank`` also
+    removes the blanked position from attention.
     """
     blank_ids = {"pad": encoder.pad_id, "unk": encoder.unk_id, "mask": encoder.mask_id}
     if blank_token not in blank_ids:
         raise ValueError(f"blank_token must be one of {sorted(blank_ids)}, got {blank_token!r}")
+    if blank_positions not in BLANK_POSITIONS:
+        raise ValueError(f"blank_positions must be one of {sorted(BLANK_POSITIONS)}, got {blank_positions!r}")
     every = {
         "blank_out": dict(
             blank_id=blank_ids[blank_token],
             pad_id=encoder.pad_id,
-            mask_blank=mask_blank and blank_token == "pad",
+            mask_blank=mask_blank,
             target=blank_target,
             score=blank_score,
+            skip_positions=BLANK_POSITIONS[blank_positions] + tuple(getattr(encoder, "end_positions", ())),
         ),
         "input_gradients": dict(
             target=gradient_target,
@@ -105,3 +123,18 @@ def method_options(
     if unknown := sorted(set(methods) - set(every)):
         raise ValueError(f"unknown importance score(s) {unknown}; known: {sorted(every)}")
     return {m: {**every[m], "batch_size": batch_size} for m in methods}
+
+
+def blank_switches(settings: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{"<key>=<value>": settings with that one blank-out switch flipped}`` for every key of
+    :data:`BLANK_SWITCHES` (``settings``: the ``attribution`` config keys of :func:`method_options`).
+
+    >>> sorted(blank_switches({"blank_positions": "all", "blank_token": "unk", "mask_blank": False}))
+    ['blank_positions=skip_cls', 'blank_token=pad', 'mask_blank=true']
+    """
+    out = {}
+    for key, flip in BLANK_SWITCHES.items():
+        value = flip[settings[key]]
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        out[f"{key}={text}"] = {**settings, key: value}
+    return out

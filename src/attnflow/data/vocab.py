@@ -2,7 +2,9 @@
 
 The Linzen prefixes already replace words outside the 10k most common by their POS tag
 (``NNP``, ``NNS``...), so a whitespace split is the tokenizer. Ids 0-3 are the specials,
-always in this order: ``<pad>`` (0), ``<unk>`` (1), ``<cls>`` (2), ``<mask>`` (3).
+always in this order: ``<pad>`` (0), ``<unk>`` (1), ``<cls>`` (2), ``<mask>`` (3); vocabularies built
+here add ``<eos>`` (4), the end marker the authors' inputs carried in place of the verb (older
+vocabularies without it still load; they cannot encode with ``add_eos``).
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from typing import ClassVar
 
 from attnflow.io import write_text
 
-PAD, UNK, CLS, MASK = "<pad>", "<unk>", "<cls>", "<mask>"
-SPECIALS: tuple[str, ...] = (PAD, UNK, CLS, MASK)
+PAD, UNK, CLS, MASK, EOS = "<pad>", "<unk>", "<cls>", "<mask>", "<eos>"
+SPECIALS: tuple[str, ...] = (PAD, UNK, CLS, MASK)  # every vocabulary starts with these
 
-__all__ = ["CLS", "MASK", "PAD", "SPECIALS", "UNK", "Vocab"]
+__all__ = ["CLS", "EOS", "MASK", "PAD", "SPECIALS", "UNK", "Vocab"]
 
 
 @dataclass(frozen=True)
@@ -28,9 +30,9 @@ class Vocab:
 
     >>> v = Vocab.build([["the", "dog"], ["the", "cats"]], min_count=1)
     >>> v.encode("the dog barks")
-    [2, 4, 6, 1]
-    >>> v.decode([2, 4, 6, 1])
-    ['<cls>', 'the', 'dog', '<unk>']
+    [2, 5, 7, 1]
+    >>> v.decode(v.encode("the dog", add_eos=True))
+    ['<cls>', 'the', 'dog', '<eos>']
     """
 
     itos: tuple[str, ...]
@@ -51,19 +53,30 @@ class Vocab:
     def __len__(self) -> int:
         return len(self.itos)
 
+    @property
+    def eos_id(self) -> int | None:
+        """The id of ``<eos>``; None for a vocabulary built before it existed."""
+        return self.stoi.get(EOS)
+
     @classmethod
     def build(cls, sentences: Iterable[Sequence[str]], *, min_count: int = 1) -> Vocab:
-        """Specials, then every word seen at least ``min_count`` times, by frequency then alphabet."""
+        """Specials and ``<eos>``, then every word seen at least ``min_count`` times, by frequency
+        then alphabet."""
         counts = Counter(w for words in sentences for w in words)
         words = sorted(
-            (w for w, c in counts.items() if c >= min_count and w not in SPECIALS),
+            (w for w, c in counts.items() if c >= min_count and w not in (*SPECIALS, EOS)),
             key=lambda w: (-counts[w], w),
         )
-        return cls(SPECIALS + tuple(words))
+        return cls((*SPECIALS, EOS, *words))
 
-    def encode(self, text: str | Sequence[str], *, add_cls: bool = True) -> list[int]:
+    def encode(self, text: str | Sequence[str], *, add_cls: bool = True, add_eos: bool = False) -> list[int]:
+        """Word ids, ``<cls>`` first (``add_cls``) and ``<eos>`` last (``add_eos``)."""
         words = text.split() if isinstance(text, str) else list(text)
         ids = [self.stoi.get(w, self.unk_id) for w in words]
+        if add_eos:
+            if self.eos_id is None:
+                raise ValueError("this vocabulary has no <eos> (built before it existed): rebuild it")
+            ids.append(self.eos_id)
         return [self.cls_id, *ids] if add_cls else ids
 
     def decode(self, ids: Iterable[int]) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from attnflow.batches import length_batches
+from attnflow.method_inputs import method_rows
 
 from .heads import head_flow, head_rollout
 from .registry import EXPLAINER_INPUTS, EXPLAINERS
@@ -87,25 +88,25 @@ def explain_batch(
 ) -> dict[str, np.ndarray]:
     """Per method the (B, L, T) explanation row at each layer, and ``<method>_heads`` (B, L, H, T).
 
-    ``rows``: "cls" (row 0; the cheap path: flow is computed from CLS only), "max" or "mean" over
-    the real query rows. ``extra``: further padded inputs a method needs (e.g. ``attn_grad``).
+    ``rows``: the task's choice, "cls" (row 0; the cheap path: flow is computed from CLS only),
+    "max" or "mean" over the real query rows, for the methods that read the task's rows; the
+    class-specific ones read the classification row (:data:`attnflow.method_inputs.METHOD_ROWS`). ``extra``: further padded inputs a method needs (e.g. ``attn_grad``).
     ``cls_self``: the class-specific maps' CLS-to-CLS entry ("authors": :data:`AUTHORS_CLS_SELF`).
     """
-    sources = [0] if rows == "cls" else None  # CLS only: flow costs grow with the rows asked for
     common = dict(residual=residual, lengths=lengths)
     extra = extra or {}
     out = {}
     for m in methods:
+        pick = method_rows(m, rows)  # the task's rows, or the classification row (class-specific)
+        sources = [0] if pick == "cls" else None  # CLS only: flow costs grow with the rows asked for
         needs = {k: extra[k] for k in EXPLAINER_INPUTS[m]}  # e.g. attention gradients for chefer
         if EXPLAINER_INPUTS[m]:  # a class-specific method: its CLS-to-CLS convention
             needs["cls_self"] = AUTHORS_CLS_SELF.get(m, "keep") if cls_self == "authors" else cls_self
-        out[m] = _rows(EXPLAINERS[m](attn, heads=heads, rows=sources, **common, **needs), rows, lengths)
-    if per_head:
-        for m in methods:
-            if m in PER_HEAD:  # (B, L, H, R, T) -> (B, L, H, T)
-                out[f"{m}_heads"] = _rows(
-                    PER_HEAD[m](attn, sources=sources, heads=heads, **common), rows, lengths
-                )
+        out[m] = _rows(EXPLAINERS[m](attn, heads=heads, rows=sources, **common, **needs), pick, lengths)
+        if per_head and m in PER_HEAD:  # (B, L, H, R, T) -> (B, L, H, T)
+            out[f"{m}_heads"] = _rows(
+                PER_HEAD[m](attn, sources=sources, heads=heads, **common), pick, lengths
+            )
     return out
 
 

@@ -6,13 +6,14 @@ Columns of :func:`correlation_frame` (one row per cell):
     mean, std, ci_low, ci_high, n, n_undefined
 
 ``variant`` is ``"configured"`` for the study's own settings, else the name of a re-scoring under
-another Spearman formula / CLS rule (:data:`SENSITIVITY`). DVC metrics, the per-layer curves, the
+one switch flipped alone (``"<config key>=<value>"``, :func:`switch_frame`). DVC metrics, the per-layer curves, the
 report's tables and the seed aggregate are all filters, pivots or group-bys of this table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -23,15 +24,16 @@ from .correlation_table import correlation_table
 __all__ = [
     "COLUMNS",
     "CONFIGURED",
-    "SENSITIVITY",
+    "CORRELATION_SWITCHES",
+    "CorrelationSettings",
     "at_last_layer",
     "configured",
     "correlation_frame",
     "curves_frame",
     "faithfulness_tree",
     "metrics_tree",
-    "sensitivity_frame",
     "summary_frame",
+    "switch_frame",
 ]
 
 COLUMNS = (
@@ -40,15 +42,36 @@ COLUMNS = (
 )  # fmt: skip
 CONFIGURED = "configured"
 
-# The correlation's own hidden choices, re-scored without bootstrap (the report's sensitivity
-# section): the Spearman formula x which positions are ranked. "authors" = CLS out for blank-out,
-# in for gradients (their code); "all in" / "all out" apply one rule to every importance score.
-CLS_RULES: dict[str, bool | None] = {"authors": None, "all in": False, "all out": True}
-SENSITIVITY: dict[str, tuple[str, bool | None]] = {
-    f"spearman={method}, CLS {label}": (method, drop)
-    for method in ("average", "dense_noties")
-    for label, drop in CLS_RULES.items()
+#: The correlation's own switches, each flipped alone from the configured settings (the report's
+#: sensitivity table): config key -> {configured value: the value it is flipped to}.
+CORRELATION_SWITCHES: dict[str, dict[Any, Any]] = {
+    "correlate.spearman": {"average": "dense_noties", "dense_noties": "average"},
+    "correlate.undefined": {"zero": "nan", "nan": "zero"},
+    "correlate.include_cls.blank_out": {True: False, False: True},
+    "correlate.include_cls.input_gradients": {True: False, False: True},
 }
+
+
+@dataclass(frozen=True)
+class CorrelationSettings:
+    """The correlation's configured choices: Spearman formula, undefined rule, and per importance
+    score whether CLS (position 0) is ranked."""
+
+    spearman: str
+    undefined: str
+    include_cls: Mapping[str, bool]
+
+    def exclude(self, importance: Sequence[str]) -> dict[str, tuple[int, ...]]:
+        return {k: () if self.include_cls.get(k, True) else (0,) for k in importance}
+
+    def flipped(self, key: str) -> CorrelationSettings | None:
+        """These settings with one switch of :data:`CORRELATION_SWITCHES` flipped."""
+        name = key.removeprefix("correlate.")
+        if name.startswith("include_cls."):
+            kind = name.removeprefix("include_cls.")
+            return replace(self, include_cls={**self.include_cls, kind: not self.include_cls.get(kind, True)})
+        value = getattr(self, name)
+        return replace(self, **{name: CORRELATION_SWITCHES[key][value]})
 
 
 def _frame(rows: list[dict[str, Any]], *, task: str, variant: str, head: int | None = None) -> pd.DataFrame:
@@ -91,26 +114,55 @@ def correlation_frame(
     return pd.concat(parts, ignore_index=True)
 
 
-def sensitivity_frame(
+def switch_frame(
     maps: Mapping[str, Sequence[np.ndarray]],
     importance: Mapping[str, Sequence[np.ndarray]],
     *,
     task: str,
-    undefined: str = "zero",
+    settings: CorrelationSettings,
+    switched_importance: Mapping[str, tuple[str, Sequence[np.ndarray], bool]] | None = None,
+    cls_blanked: bool = True,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """Every variant of :data:`SENSITIVITY`, means without bootstrap (all heads)."""
+    """One variant per switch flipped alone (means without bootstrap, all heads); ``variant`` is
+    ``"<config key>=<value>"``.
+
+    Correlation switches (:data:`CORRELATION_SWITCHES`) re-score the same maps and importance;
+    ranking CLS against blank-out is skipped when CLS was not blanked (``cls_blanked=False``: its
+    score would be a constant 0, not what anyone computed). ``switched_importance`` maps a variant
+    name to ``(importance kind, scores, cls_blanked)``: importance recomputed under a switched
+    attribution setting, correlated under the configured settings (CLS left out of it if it was not
+    blanked there).
+    """
     parts = []
-    for variant, (method, drop) in SENSITIVITY.items():
-        exclude = {
-            k: ((0,) if k == "blank_out" else ()) if drop is None else ((0,) if drop else ())
-            for k in importance
-        }
-        rows = correlation_table(
-            maps, importance, exclude=exclude, method=method, undefined=undefined, n_boot=0, seed=seed
+    for key in CORRELATION_SWITCHES:
+        flipped = settings.flipped(key)
+        if flipped is None:
+            continue
+        if not cls_blanked and flipped.include_cls.get("blank_out", False):
+            continue
+        value = (
+            flipped.include_cls[key.rsplit(".", 1)[1]]
+            if ".include_cls." in key
+            else getattr(flipped, key.removeprefix("correlate."))
         )
+        rows = correlation_table(
+            maps, importance, exclude=flipped.exclude(list(importance)), method=flipped.spearman,
+            undefined=flipped.undefined, n_boot=0, seed=seed,
+        )  # fmt: skip
+        parts.append(_frame(rows, task=task, variant=f"{key}={_text(value)}"))
+    for variant, (kind, scores, blanked) in (switched_importance or {}).items():
+        include = settings.include_cls.get(kind, True) and (blanked or kind != "blank_out")
+        rows = correlation_table(
+            maps, {kind: scores}, exclude={kind: () if include else (0,)}, method=settings.spearman,
+            undefined=settings.undefined, n_boot=0, seed=seed,
+        )  # fmt: skip
         parts.append(_frame(rows, task=task, variant=variant))
-    return pd.concat(parts, ignore_index=True)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(COLUMNS))
+
+
+def _text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def configured(table: pd.DataFrame) -> pd.DataFrame:

@@ -38,6 +38,7 @@ class AgreementConfig:
     n_classes: int = 2  # singular / plural
     bias: bool = True  # as GPT-2
     pad_id: int = 0  # Vocab.pad_id; used only to derive the mask when none is given
+    append_eos: bool = False  # the input format it was trained on: <cls> + prefix (+ <eos>, the authors')
 
 
 class SelfAttention(nn.Module):

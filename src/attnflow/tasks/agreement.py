@@ -1,6 +1,7 @@
 """The verb-number (subject-verb agreement) task of Linzen et al. (2016): Tables 1-2 of the paper.
 
-Input: a sentence prefix up to (not including) the verb, ``<cls>`` first; label 0 = VBZ
+Input: a sentence prefix up to (not including) the verb, ``<cls>`` first and, with
+``task.agreement.model.append_eos`` (the authors'), ``<eos>`` last; label 0 = VBZ
 (singular), 1 = VBP (plural). Model: the 6-layer bidirectional GPT-2-type encoder of
 :mod:`attnflow.models.agreement`, trained from scratch.
 """
@@ -86,6 +87,7 @@ class AgreementModelConfig:
     resid_pdrop: float = MISSING
     initializer_range: float = MISSING
     block_size: int = MISSING
+    append_eos: bool = MISSING  # <eos> after the prefix, where the verb would be (the authors' input)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
 
 
@@ -111,7 +113,7 @@ def _build_model(model: Any, data_dir: Path) -> tuple[Any, Any]:
     vocab = Vocab.load(Path(data_dir) / "vocab.json")
     settings = {k: v for k, v in asdict(model).items() if k != "teacher"}
     config = AgreementConfig(vocab_size=len(vocab), pad_id=vocab.pad_id, **settings)
-    return AgreementTransformer(config), WordEncoder(vocab, max_length=config.block_size)
+    return AgreementTransformer(config), WordEncoder(vocab, max_length=config.block_size, append_eos=config.append_eos)
 
 
 def _build_teacher(model: Any, data_dir: Path) -> Any:

@@ -126,3 +126,22 @@ def test_registry_and_pad_id_match_the_project_vocabulary():
 
     assert ATTRIBUTIONS["blank_out"] is blank_out
     assert PAD_ID == Vocab.pad_id
+
+
+def test_negative_skip_counts_back_from_each_samples_last_real_token(bag_model):
+    # skip_positions=(-1,): the end marker of each sample, whatever its length: A's position 2
+    # (before its pad), B's position 3. CLS (position 0) is blanked too (no 0 in the skips).
+    # A, blank CLS (e = 0) with a masked PAD: the bag loses nothing -> 0; pos 1: 3/20 as above.
+    # B, blank CLS: 0; pos 1: 13/20; pos 2: 3/20; pos 3 skipped -> 0.
+    out = blank_out(bag_model(EMB, HEAD), IDS, MASK_, blank_id=PAD, skip_positions=(-1,))
+    expected = torch.tensor([[0, 3 / 20, 0, 0], [0, 13 / 20, 3 / 20, 0]], dtype=torch.float64)
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+
+
+def test_cls_is_blanked_when_not_skipped(bag_model):
+    # An UNK blank, unmasked, at CLS (e = 0) adds 2 ln3 to the bag: A: s = ln 81 -> p0 = 81/82,
+    # |9/10 - 81/82| = 36/410; B: s = ln3 -> p1 = 1/4, |3/4 - 1/4| = 1/2.
+    out = blank_out(bag_model(EMB, HEAD), IDS, MASK_, blank_id=UNK, mask_blank=False, skip_positions=())
+    torch.testing.assert_close(
+        out[:, 0], torch.tensor([36 / 410, 1 / 2], dtype=torch.float64), rtol=0, atol=1e-12
+    )

@@ -256,3 +256,21 @@ def test_single_head_choice_equals_a_one_head_input(name):
         run(name, attn, extras, heads=2),
         run(name, attn[:, 2:3], apply(extras, lambda x: x[:, 2:3])),
     )
+
+
+def test_class_specific_methods_read_the_classification_row_whatever_the_tasks_rows():
+    # rows="max" is the task's choice for raw/rollout/flow (the authors' SST-2 reduction); chefer
+    # reads the CLS row: the same numbers as with rows="cls".
+    from attnflow.explain.samples import explain_batch
+
+    rng = np.random.default_rng(0)
+    attn = rng.random((2, 2, 2, 4, 4))  # (B, L, H, T, T)
+    attn /= attn.sum(-1, keepdims=True)
+    grad = rng.normal(size=attn.shape)
+    common = dict(
+        methods=["raw", "chefer"], residual=0.5, heads="mean", per_head=False, extra={"attn_grad": grad}
+    )
+    by_max = explain_batch(attn, np.array([4, 4]), rows="max", **common)
+    by_cls = explain_batch(attn, np.array([4, 4]), rows="cls", **common)
+    np.testing.assert_array_equal(by_max["chefer"], by_cls["chefer"])
+    assert not np.allclose(by_max["raw"], by_cls["raw"])

@@ -18,7 +18,7 @@ CONFIG = {
     "seed": 0,
     "explain": {"residual": 0.5, "heads": "mean"},
     "task": {"agreement": {"rows": "cls"}, "sst2": {"rows": "max", "capture": {"split": "dev"}}},
-    "attribution": {"blank_token": "unk", "gradient_reduction": "abs_sum"},
+    "attribution": {"blank_token": "pad", "gradient_reduction": "abs_sum"},
     "correlate": {"spearman": "average", "undefined": "zero", "include_cls": {"blank_out": False}},
 }
 
@@ -124,7 +124,10 @@ def test_accuracy_section_and_config_switches(built):
     md = built[1].markdown
     assert "| agreement | test | 0.938 | 0.96 | 160 |" in md
     assert "| 2 | 20 | 0.800 |" in md  # accuracy by attractors
-    assert "| attribution.blank_token | unk | pad |" in md  # ours beside the authors' code
+    # ours beside the authors' choice, with where it is in their code, and whether they agree
+    row = next(line for line in md.splitlines() if line.startswith("| attribution.blank_token |"))
+    assert row.startswith("| attribution.blank_token | pad | unk | Reflect d28ddd5") and row.endswith("| **no** |")
+    assert "| attribution.gradient_reduction | abs_sum | abs_sum |" in md and "| yes |" in md
     assert "agreement accuracy: ours 0.938 vs paper 0.96 (Δ -0.02)" in md
 
 
@@ -184,7 +187,7 @@ def test_recipe_section_one_line_per_choice_with_accuracy_and_delta(tmp_path, ma
     ]  # fmt: skip
     paths.recipe_jobs.write_text(json.dumps({"jobs": records}))
     md = _build(tmp_path, tasks=("agreement",), examples=[], n_examples=0).markdown
-    rows = md.split("## Recipe choices", 1)[1].split("\n## ", 1)[0].splitlines()
+    rows = md.split("## Whole-run switches", 1)[1].split("\n## ", 1)[0].splitlines()
     plain = next(r for r in rows if r.startswith("| recipe=plain |") and "| Flow |" in r)
     authors = next(r for r in rows if r.startswith("| recipe=authors |") and "| Flow |" in r)
     # Table 1 flow L3 is 0.70 in the paper: 0.50 -> -0.20, 0.75 -> +0.05

@@ -2,11 +2,13 @@
 
 from . import (
     accuracy,
+    claims,
     curves,
     faithfulness,
     findings,
     generation,
     heads,
+    learning,
     maps,
     overview,
     paper_tables,
@@ -18,7 +20,9 @@ from . import (
 SECTIONS = (
     overview.section,
     accuracy.section,
+    learning.section,
     paper_tables.section,
+    claims.section,
     sensitivity.section,
     curves.section,
     heads.section,

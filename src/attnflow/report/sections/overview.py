@@ -1,32 +1,18 @@
-"""Header, the inputs found, and the configuration switches beside the authors' choices."""
+"""Header, the inputs found, and every configuration switch beside the authors' choice (commit, cell)."""
 
 from __future__ import annotations
 
 from ..context import Context, get
 from ..document import Bullets, Heading, Paragraph, Table
-from ..paper import AUTHORS_SETTINGS, SOURCE
+from ..paper import AUTHORS_CHOICES, SOURCE
 from ..tables import Grid
 
+# Keys shown beside the authors' choices (every AUTHORS_CHOICES key is shown too).
 CONFIG_KEYS = (
     "explain.methods",
-    "explain.residual",
-    "explain.heads",
-    "task.{task}.rows",
-    "attribution.blank_token",
-    "attribution.mask_blank",
-    "attribution.blank_target",
-    "attribution.blank_score",
-    "task.{task}.gradient_target",
     "task.{task}.gradient_class",
-    "attribution.gradient_reduction",
-    "correlate.spearman",
-    "correlate.undefined",
-    "correlate.include_cls.blank_out",
-    "correlate.include_cls.input_gradients",
     "correlate.n_boot",
     "correlate.ci",
-    "task.{task}.capture.split",
-    "task.{task}.capture.n_samples",
     "seed",
 )
 
@@ -45,19 +31,27 @@ def section(ctx: Context) -> None:
     notes += [f"{task}: unreadable {p}" for task, got in ctx.inputs.items() for p in got.problems]
     ctx.add(Heading("Inputs", 2), Bullets(notes) if notes else Paragraph("All inputs were found."))
     grid = Grid(
-        header=["switch", "ours", "authors' code (REPLICATION.md)"],
+        header=["switch", "this run", "the authors'", "where in their code", "same"],
         rows=[],
-        caption="The switches that change the numbers",
+        caption="Every choice that changes the numbers: this run's value beside the authors' "
+        "(the source of truth for their choices: commit, file and cell)",
     )
+    authors = {c.key: c for c in AUTHORS_CHOICES}
     keys = dict.fromkeys(
-        p.format(task=t) for p in CONFIG_KEYS for t in (ctx.inputs if "{task}" in p else [None])
+        [
+            *authors,
+            *(p.format(task=t) for p in CONFIG_KEYS for t in (ctx.inputs if "{task}" in p else [None])),
+        ]
     )
     for key in keys:
         value = get(ctx.config, key)
-        if value is not None:
-            grid.rows.append([key, str(value), AUTHORS_SETTINGS.get(key, "")])
+        if value is None:
+            continue
+        choice = authors.get(key)
+        same = "" if choice is None else "yes" if str(value) == choice.value else "**no**"
+        grid.rows.append([key, str(value), *((choice.value, choice.source) if choice else ("", "")), same])
     for task, got in ctx.inputs.items():
         if got.samples is not None:
-            grid.rows.append([f"samples captured ({task})", str(len(got.samples)), ""])
-    ctx.add(Heading("Configuration", 2))
+            grid.rows.append([f"samples captured ({task})", str(len(got.samples)), "", "", ""])
+    ctx.add(Heading("The authors' choices, and this run's", 2))
     ctx.add(Table(grid) if grid.rows else Paragraph("No configuration was passed to the report."))

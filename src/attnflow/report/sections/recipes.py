@@ -1,7 +1,8 @@
-"""Recipe choices: what each measured training choice does to agreement accuracy and the Table 1/2 cells.
+"""Whole-run switches: what each training or sample choice does to agreement accuracy and the Table 1/2 cells.
 
-Reads the recipe sweep (``python -m pipelines.study -m tasks=[agreement] recipe=plain,authors
-hydra.callbacks.aggregate.into=recipes``): one line per choice, its seed mean beside the paper,
+Reads the switch sweep (``python -m pipelines.study -m 'tasks=[agreement]'
++switch=no_eos,random_samples,train_10k,train_20k hydra.callbacks.aggregate.into=recipes``; any
+other sweep into ``recipes`` works the same): one line per choice, its seed mean beside the paper,
 and the largest |Δ| over the rollout and flow cells.
 """
 
@@ -44,10 +45,10 @@ def section(ctx: Context) -> None:
         for task, got in ctx.inputs.items()
     }  # fmt: skip
     ctx.add(
-        Heading("Recipe choices", 2),
+        Heading("Whole-run switches", 2),
         Paragraph(
-            "Each measured training choice for the agreement model as its own study run (`pipelines.study` "
-            "recipe sweep, reports/recipes/) beside this study's defaults: test accuracy on the "
+            "Each training or sample choice for the agreement model as its own study run (`pipelines.study` "
+            "switch sweep, reports/recipes/) beside this study's defaults: test accuracy on the "
             f"task's test set, the teacher's, and every published Table 1/2 cell, mean over the seeds "
             f"run; Δ = ours − paper. Defaults: teacher={get(ctx.config, 'task.agreement.train.teacher')}, "
             f"attn/resid/embd dropout={get(ctx.config, 'task.agreement.model.attn_pdrop')}/"
@@ -61,7 +62,7 @@ def section(ctx: Context) -> None:
         grid = Grid(
             header=["choice", "accuracy (teacher)", "method", *(f"L{k}" for k in paper.layers), "max |Δ|"],
             rows=[],
-            caption=f"Table {paper.number} (agreement vs {IMPORTANCE_LABELS[paper.importance]}) per recipe choice",
+            caption=f"Table {paper.number} (agreement vs {IMPORTANCE_LABELS[paper.importance]}) per switch",
         )
         for choice in sorted({k[0] for k in cells.index}):
             acc = accuracy.get(choice, {}).get(paper.task, {})

@@ -1,0 +1,53 @@
+"""switch_frame: each correlation switch flipped alone, and blank-out recomputed under each
+attribution switch, correlated the configured way."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnflow.metrics.tables import CorrelationSettings, switch_frame
+
+# One sample, one layer, 4 positions (CLS first). Map [0.4, 0.3, 0.2, 0.1];
+# blank-out [0.0, 0.1, 0.2, 0.3] (CLS blanked and scoring 0: lowest); gradients [4, 3, 2, 1].
+MAPS = {"raw": [np.array([[0.4, 0.3, 0.2, 0.1]])]}
+IMPORTANCE = {"blank_out": [np.array([0.0, 0.1, 0.2, 0.3])], "input_gradients": [np.array([4.0, 3, 2, 1])]}
+SETTINGS = CorrelationSettings("average", "zero", {"blank_out": True, "input_gradients": True})
+
+
+def _cell(frame, variant, importance):
+    row = frame[(frame["variant"] == variant) & (frame["importance"] == importance)]
+    assert len(row) == 1, (variant, importance, frame["variant"].unique())
+    return float(row["mean"].iloc[0])
+
+
+def test_flipping_cls_out_of_the_blank_out_correlation():
+    frame = switch_frame(MAPS, IMPORTANCE, task="t", settings=SETTINGS)
+    # All 4 positions: ranks reversed -> -1. Without CLS: [0.3, 0.2, 0.1] vs [0.1, 0.2, 0.3] -> -1 too;
+    # the gradient correlation is +1 either way.
+    assert _cell(frame, "correlate.include_cls.blank_out=false", "blank_out") == pytest.approx(-1.0)
+    assert _cell(frame, "correlate.include_cls.input_gradients=false", "input_gradients") == pytest.approx(
+        1.0
+    )
+    assert set(frame["variant"]) == {
+        "correlate.spearman=dense_noties",
+        "correlate.undefined=nan",
+        "correlate.include_cls.blank_out=false",
+        "correlate.include_cls.input_gradients=false",
+    }
+
+
+def test_cls_is_never_ranked_against_blank_out_when_it_was_not_blanked():
+    settings = CorrelationSettings("average", "zero", {"blank_out": False, "input_gradients": True})
+    frame = switch_frame(MAPS, IMPORTANCE, task="t", settings=settings, cls_blanked=False)
+    assert "correlate.include_cls.blank_out=true" not in set(frame["variant"])
+
+
+def test_switched_importance_is_correlated_without_cls_where_cls_was_not_blanked():
+    # Blank-out recomputed with CLS skipped: CLS scores 0 but must not be ranked. On positions 1-3,
+    # map [0.3, 0.2, 0.1] vs [0.3, 0.2, 0.1] -> +1 (with CLS ranked it would be 0.4 -> 0: rho = 0.2).
+    switched = {
+        "attribution.blank_positions=skip_cls": ("blank_out", [np.array([0.0, 0.3, 0.2, 0.1])], False)
+    }
+    frame = switch_frame(MAPS, IMPORTANCE, task="t", settings=SETTINGS, switched_importance=switched)
+    assert _cell(frame, "attribution.blank_positions=skip_cls", "blank_out") == pytest.approx(1.0)

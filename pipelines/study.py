@@ -59,12 +59,38 @@ def main(cfg: DictConfig) -> None:
         raise
 
 
+def _refuse_used_folder(folder: str, key: str) -> None:
+    """No two runs or sweeps write into one folder: a folder that already holds files is refused."""
+    path = Path(to_absolute_path(folder))
+    if path.is_dir() and any(p.name != ".hydra" for p in path.iterdir()):
+        sys.exit(f"error: {key}={folder} already holds another run's files; choose a new folder")
+
+
 class AggregateSeeds(Callback):
     """After a sweep: stack the finished jobs' correlation tables into reports/<into>/ (``sweep``
     for seeds; ``hydra.callbacks.aggregate.into=recipes`` for a sweep over recipe choices)."""
 
     def __init__(self, into: str = "sweep") -> None:
         self.into = into
+
+    def _check_names(self, config: DictConfig) -> None:
+        """Refuse, before Hydra makes a folder, a study or aggregate name that leads outside its
+        folder (``multirun/<study>/``, ``reports/<into>/``): one line naming the key."""
+        from attnflow.paths import UnsafeName, inside
+
+        try:
+            inside("multirun", str(config.study), key="study")
+            inside(str(config.paths.reports), str(self.into), key="hydra.callbacks.aggregate.into")
+        except UnsafeName as exc:
+            sys.exit(f"error: {exc}")
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._check_names(config)
+        _refuse_used_folder(config.hydra.run.dir, "hydra.run.dir")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._check_names(config)
+        _refuse_used_folder(config.hydra.sweep.dir, "hydra.sweep.dir")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from attnflow.paths import StudyPaths

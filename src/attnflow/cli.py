@@ -11,8 +11,10 @@ imported inside the verbs, so ``attnflow --help`` starts fast.
 from __future__ import annotations
 
 import argparse
+import codecs
 import os
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -81,11 +83,11 @@ def parse_rows(text: str) -> str | int:
 
 def load(name: str, device: str) -> tuple[Any, Any]:
     """(model, tokenizer or image processor) for --model, with the errors a user can act on."""
-    from attnflow.hf import load_model
+    from attnflow.hf import UnsafeCheckpointError, load_model
 
     try:
         return load_model(name, device=device)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, UnsafeCheckpointError) as exc:
         raise CLIError(f"--model {name}: {exc}") from None
     except (OSError, ValueError, KeyError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -94,21 +96,135 @@ def load(name: str, device: str) -> tuple[Any, Any]:
         raise CLIError(f"--model {name}: {exc}") from None
 
 
-def read_inputs(texts: Sequence[str] | None, file: str | None) -> list[str]:
-    """The --text values, then the non-empty lines of --file ('-' = stdin)."""
-    out = list(texts or [])
+def terminal_text(text: str) -> str:
+    """`text` safe to print: control characters (ESC, BEL, CR, newlines...) shown as \\xNN escapes,
+    so an input cannot move the cursor, retitle the window or hide what was printed.
+
+    >>> terminal_text("a\\x1b[31mb")
+    'a\\\\x1b[31mb'
+    """
+    return "".join(ch if ch.isprintable() else _escape(ord(ch)) for ch in text)
+
+
+def _escape(code: int) -> str:
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def _blank(text: str) -> bool:
+    """Nothing to explain: only whitespace and invisible (control / format) characters."""
+    return not any(ch.isprintable() and not ch.isspace() for ch in text)
+
+
+def check_encoding(name: str) -> str:
+    """--encoding: a codec Python knows."""
+    try:
+        return codecs.lookup(name).name
+    except LookupError:
+        raise CLIError(f"--encoding {name}: unknown text encoding (e.g. utf-8, latin-1, cp1252)") from None
+
+
+def _decode(data: bytes, name: str, encoding: str) -> str:
+    """The bytes of --file as text; a byte that is not `encoding` is named by line and offset."""
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - data.rfind(b"\n", 0, exc.start)  # 1-based, in bytes
+        raise CLIError(
+            f"--file {name}: not {encoding} text: line {line}, byte offset {exc.start} (byte {column} of the "
+            f"line) is 0x{data[exc.start]:02x}; pass the file's encoding, e.g. --encoding latin-1"
+        ) from None
+    return text.removeprefix("\ufeff")  # a byte-order mark is no part of the first input
+
+
+def read_inputs(
+    texts: Sequence[str] | None, file: str | None, *, option: str = "--text", encoding: str = "utf-8"
+) -> list[str]:
+    """The --text values, then the non-empty lines of --file ('-' = stdin) decoded as `encoding`.
+
+    A --text that is empty or only whitespace / invisible characters is refused. In a file, blank
+    lines separate inputs and are skipped; a line of only invisible characters (e.g. control
+    bytes) is refused by its number, and so is a file with no text at all.
+    """
+    nothing = "nothing to complete" if option == "--prompt" else "nothing to explain"
+    out = []
+    for i, text in enumerate(texts or []):
+        if _blank(text):
+            which = f" (the {_ordinal(i + 1)})" if len(texts or []) > 1 else ""
+            raise CLIError(
+                f"{option} {terminal_text(repr(text))}{which}: {nothing} (empty or only whitespace)"
+            )
+        out.append(text)
     if file is not None:
         if file == "-":
-            lines = sys.stdin.read().splitlines()
+            name, data = "-", sys.stdin.buffer.read()
         else:
             path = Path(file)
             if not path.is_file():
                 raise CLIError(f"--file {file}: no such file")
-            lines = path.read_text(encoding="utf-8").splitlines()
-        out += [line.strip() for line in lines if line.strip()]
+            try:
+                name, data = file, path.read_bytes()
+            except OSError as exc:
+                raise CLIError(f"--file {file}: cannot read it ({exc.strerror or exc})") from None
+        lines = _decode(data, name, encoding).splitlines()
+        kept = []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue  # a blank line separates inputs
+            if _blank(line):
+                raise CLIError(
+                    f"--file {name}: line {number} holds only invisible characters "
+                    f"({terminal_text(repr(line))}); {nothing}"
+                )
+            kept.append(line.strip())
+        if not kept:
+            raise CLIError(
+                f"--file {name}: no text in it ({len(lines)} lines, all blank); one input per line"
+            )
+        out += kept
     if not out:
         raise CLIError("nothing to explain: pass --text TEXT or --file FILE (one input per line)")
     return out
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def check_out(out: str) -> Path:
+    """--out as a folder that exists or can be made, and takes files; refused in one line otherwise.
+
+    Checked before the model loads; nothing is created here.
+    """
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise CLIError(f"--out {out}: a file is there; expected a folder (existing or new) for the outputs")
+    anchor = path.absolute()
+    while not anchor.exists() and anchor != anchor.parent:
+        anchor = anchor.parent  # the nearest existing folder, where the missing ones would be made
+    if not anchor.is_dir():
+        raise CLIError(
+            f"--out {out}: {anchor} is a file, so no folder can be made under it; expected a folder"
+        )
+    if not os.access(anchor, os.W_OK | os.X_OK) or not _can_create_in(anchor):
+        what = "the folder" if anchor == path.absolute() else f"its nearest existing folder {anchor}"
+        raise CLIError(f"--out {out}: {what} is read-only; expected a folder where files can be written")
+    return path
+
+
+def _can_create_in(folder: Path) -> bool:
+    """A file can be made in `folder` (root passes mode checks, but not a read-only file system)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
+
+
+def _write_error(out: Path, exc: OSError) -> CLIError:
+    """An OSError while writing the outputs, as one line naming the path."""
+    where = exc.filename or out
+    return CLIError(f"--out {out}: cannot write {where} ({exc.strerror or exc}); expected a writable folder")
 
 
 def _quiet_transformers() -> None:
@@ -150,6 +266,7 @@ def _add_explain(sub: Any) -> None:
     p.add_argument("--model", required=True, help="hub name, local folder, or 'minilm' (packaged MiniLM)")
     p.add_argument("--text", action="append", help="text to explain (repeat for several)")
     p.add_argument("--file", help="explain every non-empty line of this file ('-' = stdin)")
+    p.add_argument("--encoding", default="utf-8", help="text encoding of --file")
     p.add_argument(
         "--method", default=DEFAULT_METHODS, help="comma-separated methods (see attnflow.explain.EXPLAINERS)"
     )
@@ -218,12 +335,14 @@ def _summary(e: Any) -> str:
 def cmd_explain(args: argparse.Namespace) -> int:
     methods = parse_methods(args.method)
     rows = parse_rows(args.rows)
-    texts = read_inputs(args.text, args.file)
+    texts = read_inputs(args.text, args.file, encoding=check_encoding(args.encoding))
     formats = parse_formats(args.format or (DEFAULT_FORMATS if len(texts) <= PNG_INPUTS else MANY_FORMATS))
     if args.batch_size < 1:
         raise CLIError(f"--batch-size must be >= 1, got {args.batch_size}")
     if not 0.0 <= args.residual <= 1.0:
         raise CLIError(f"--residual must be in [0, 1], got {args.residual}")
+    if args.out is not None:
+        check_out(args.out)
 
     _quiet_transformers()
     from attnflow.hf import AttentionUnavailableError, NoOutputHeadError, explain_texts, save_explanations
@@ -254,7 +373,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     show_table = args.table if args.table is not None else len(texts) <= TABLE_INPUTS
     if show_table and not args.quiet:
         for i, e in enumerate(explanations):
-            head = f"[{i + 1}] {e.text}" if len(texts) > 1 else e.text
+            text = terminal_text(e.text or "")
+            head = f"[{i + 1}] {text}" if len(texts) > 1 else text
             scores = {m: e.scores(m) for m in methods}
             muted = e.meta.get("special", [])
             title = f"{head}\n{_summary(e)}" + ("  (░: special token, off the bar scale)" if muted else "")
@@ -264,41 +384,44 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.out is None:
         return 0
     out = Path(args.out)
-    written: list[Path] = []
-    name = Path(args.model).name or args.model
-    if "png" in formats:
-        for i, e in enumerate(explanations):
-            written.append(
-                write_png(
-                    out / _png_name(i, len(explanations)),
-                    {m: e.maps[m] for m in methods},
-                    columns=e.tokens,
-                    rows=_layer_labels(e.num_layers),
-                    scale=args.scale,
-                    muted_columns=e.meta.get("special", ()),
-                    title=f"“{_short(e.text)}”\n{name} · {_row_text(e)}"
-                    + (f" · prediction {e.label}" if e.label is not None else ""),
+    try:
+        written: list[Path] = []
+        name = Path(args.model).name or args.model
+        if "png" in formats:
+            for i, e in enumerate(explanations):
+                written.append(
+                    write_png(
+                        out / _png_name(i, len(explanations)),
+                        {m: e.maps[m] for m in methods},
+                        columns=e.tokens,
+                        rows=_layer_labels(e.num_layers),
+                        scale=args.scale,
+                        muted_columns=e.meta.get("special", ()),
+                        title=f"“{_short(e.text)}”\n{name} · {_row_text(e)}"
+                        + (f" · prediction {e.label}" if e.label is not None else ""),
+                    )
                 )
-            )
-    if "html" in formats:
-        items = [
-            {
-                "title": e.text,
-                "subtitle": f"{name} · {_row_text(e)}"
-                + (f" · prediction: {e.label}" if e.label is not None else ""),
-                "columns": e.tokens,
-                "rows": _layer_labels(e.num_layers),
-                "maps": {m: e.maps[m] for m in methods},
-                "row": e.layer,
-                "method": methods[-1],
-                "muted": e.meta.get("special", []),
-            }
-            for e in explanations
-        ]
-        written.append(write_html(out / "explain.html", items, title=f"attnflow explain · {name}"))
-    for fmt in ("json", "safetensors"):
-        if fmt in formats:
-            written.append(save_explanations(explanations, out / f"explain.{fmt}"))
+        if "html" in formats:
+            items = [
+                {
+                    "title": e.text,
+                    "subtitle": f"{name} · {_row_text(e)}"
+                    + (f" · prediction: {e.label}" if e.label is not None else ""),
+                    "columns": e.tokens,
+                    "rows": _layer_labels(e.num_layers),
+                    "maps": {m: e.maps[m] for m in methods},
+                    "row": e.layer,
+                    "method": methods[-1],
+                    "muted": e.meta.get("special", []),
+                }
+                for e in explanations
+            ]
+            written.append(write_html(out / "explain.html", items, title=f"attnflow explain · {name}"))
+        for fmt in ("json", "safetensors"):
+            if fmt in formats:
+                written.append(save_explanations(explanations, out / f"explain.{fmt}"))
+    except OSError as exc:  # checked by check_out; a disk may still fill or a folder vanish
+        raise _write_error(out, exc) from None
     if not args.quiet:
         shown = written if len(written) <= 6 else [*written[:5], f"... ({len(written)} files)"]
         print("wrote " + ", ".join(str(p) for p in shown), file=sys.stderr)
@@ -334,6 +457,7 @@ def _add_generate(sub: Any) -> None:
     )
     p.add_argument("--prompt", action="append", help="prompt to complete (repeat for several)")
     p.add_argument("--file", help="one prompt per non-empty line of this file ('-' = stdin)")
+    p.add_argument("--encoding", default="utf-8", help="text encoding of --file")
     p.add_argument("--max-new-tokens", type=int, default=20, help="tokens to generate")
     p.add_argument("--method", default="rollout", help=f"comma-separated: {', '.join(GENERATE_METHODS)}")
     p.add_argument(
@@ -437,9 +561,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
         )
     methods = list(dict.fromkeys(methods))
     try:
-        prompts = read_inputs(args.prompt, args.file)
+        prompts = read_inputs(
+            args.prompt, args.file, option="--prompt", encoding=check_encoding(args.encoding)
+        )
     except CLIError as exc:
-        if "nothing to explain" not in str(exc):
+        if not str(exc).startswith("nothing to explain:"):
             raise
         raise CLIError(
             "nothing to complete: pass --prompt TEXT or --file FILE (one prompt per line)"
@@ -452,11 +578,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if not 0.0 <= args.residual <= 1.0:
         raise CLIError(f"--residual must be in [0, 1], got {args.residual}")
     gen_kwargs = _generate_kwargs(args)
+    if args.out is not None:
+        check_out(args.out)
 
     _quiet_transformers()
     from attnflow.generate import SMOLLM2, explain_generation, faithfulness, resolve_lm
     from attnflow.generate.explanation import save_generations
-    from attnflow.hf import AttentionUnavailableError
+    from attnflow.hf import AttentionUnavailableError, check_vocabulary
     from attnflow.viz import token_table, write_html, write_png
 
     device = resolve_device(args.device)
@@ -472,6 +600,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     can_generate = getattr(model, "can_generate", None)
     if not (callable(can_generate) and can_generate()) or getattr(model.config, "is_encoder_decoder", False):
         raise CLIError(f"--model {args.model}: {type(model).__name__} is not a decoder-only language model")
+    try:
+        check_vocabulary(tokenizer, prompts)
+    except ValueError as exc:
+        raise CLIError(f"--model {args.model}: {exc}") from None
     explanations = []
     checks = []
     for prompt in prompts:
@@ -524,55 +656,61 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.out is None:
         return 0
     out = Path(args.out)
-    written: list[Path] = []
-    label = Path(args.model).name or args.model
-    many = len(explanations) > 1
-    for i, e in enumerate(explanations):
-        stem = f"generate_{i + 1:0{len(str(len(explanations)))}d}" if many else "generate"
-        t = args.token % e.n_generated
-        rows = [f"{k}: {tok}" for k, tok in enumerate(e.generated_tokens)]
-        opts = f"sinks {e.options['sinks']} · receptive field {e.options['receptive_field']}"
-        sub = f"{label} · {_layer_text(layer, e.num_layers)} · {opts}"
-        columns = "prompt token" if e.options["over"] == "prompt" else "token"
-        if "png" in formats:
+    try:
+        written: list[Path] = []
+        label = Path(args.model).name or args.model
+        many = len(explanations) > 1
+        for i, e in enumerate(explanations):
+            stem = f"generate_{i + 1:0{len(str(len(explanations)))}d}" if many else "generate"
+            t = args.token % e.n_generated
+            rows = [f"{k}: {tok}" for k, tok in enumerate(e.generated_tokens)]
+            opts = f"sinks {e.options['sinks']} · receptive field {e.options['receptive_field']}"
+            sub = f"{label} · {_layer_text(layer, e.num_layers)} · {opts}"
+            columns = "prompt token" if e.options["over"] == "prompt" else "token"
+            if "png" in formats:
+                written.append(
+                    write_png(
+                        out / f"{stem}.png", {m: e.matrix(m, layer) for m in methods}, columns=e.columns, rows=rows,
+                        row_name="generated token", column_name=columns,
+                        scale=args.scale, muted_columns=e.special_columns,
+                        title=f"“{_short(e.prompt)}” → “{_short(e.completion, 60)}”\n{sub}",
+                    )
+                )  # fmt: skip
+                written.append(
+                    write_png(
+                        out / f"{stem}_token{t}.png", {m: e.maps[m][t].T for m in methods}, columns=e.columns,
+                        rows=_layer_labels(e.num_layers), row_name="layer", column_name=columns, scale=args.scale,
+                        muted_columns=e.special_columns,
+                        title=f"“{_short(e.prompt)}” → {e.generated_tokens[t]!r} (generated token {t})\n{label} · {opts}",
+                    )
+                )  # fmt: skip
+        if "html" in formats:
+            items = [
+                {
+                    "title": f"{e.prompt} → {e.completion}",
+                    "subtitle": f"{label} · {_layer_text(layer, e.num_layers)} · sinks {e.options['sinks']} · receptive field {e.options['receptive_field']}",
+                    "columns": e.columns,
+                    "rows": [f"{k}: {tok}" for k, tok in enumerate(e.generated_tokens)],
+                    "maps": {m: e.matrix(m, layer) for m in methods},
+                    "row": args.token % e.n_generated,
+                    "method": methods[-1],
+                    "muted": e.special_columns,
+                }
+                for e in explanations
+            ]
             written.append(
-                write_png(
-                    out / f"{stem}.png", {m: e.matrix(m, layer) for m in methods}, columns=e.columns, rows=rows,
-                    row_name="generated token", column_name=columns,
-                    scale=args.scale, muted_columns=e.special_columns,
-                    title=f"“{_short(e.prompt)}” → “{_short(e.completion, 60)}”\n{sub}",
+                write_html(
+                    out / "generate.html",
+                    items,
+                    title=f"attnflow generate · {label}",
+                    row_name="generated token",
                 )
-            )  # fmt: skip
-            written.append(
-                write_png(
-                    out / f"{stem}_token{t}.png", {m: e.maps[m][t].T for m in methods}, columns=e.columns,
-                    rows=_layer_labels(e.num_layers), row_name="layer", column_name=columns, scale=args.scale,
-                    muted_columns=e.special_columns,
-                    title=f"“{_short(e.prompt)}” → {e.generated_tokens[t]!r} (generated token {t})\n{label} · {opts}",
-                )
-            )  # fmt: skip
-    if "html" in formats:
-        items = [
-            {
-                "title": f"{e.prompt} → {e.completion}",
-                "subtitle": f"{label} · {_layer_text(layer, e.num_layers)} · sinks {e.options['sinks']} · receptive field {e.options['receptive_field']}",
-                "columns": e.columns,
-                "rows": [f"{k}: {tok}" for k, tok in enumerate(e.generated_tokens)],
-                "maps": {m: e.matrix(m, layer) for m in methods},
-                "row": args.token % e.n_generated,
-                "method": methods[-1],
-                "muted": e.special_columns,
-            }
-            for e in explanations
-        ]
-        written.append(
-            write_html(
-                out / "generate.html", items, title=f"attnflow generate · {label}", row_name="generated token"
             )
-        )
-    for fmt in ("json", "safetensors"):
-        if fmt in formats:
-            written.append(save_generations(explanations, out / f"generate.{fmt}"))
+        for fmt in ("json", "safetensors"):
+            if fmt in formats:
+                written.append(save_generations(explanations, out / f"generate.{fmt}"))
+    except OSError as exc:  # checked by check_out; a disk may still fill or a folder vanish
+        raise _write_error(out, exc) from None
     if not args.quiet:
         shown = written if len(written) <= 6 else [*written[:5], f"... ({len(written)} files)"]
         print("wrote " + ", ".join(str(p) for p in shown), file=sys.stderr)
@@ -609,7 +747,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CLIError as exc:
         if debug:
             raise
-        print(f"attnflow {args.command}: error: {exc}", file=sys.stderr)
+        print(f"attnflow {args.command}: error: {terminal_text(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -33,6 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnflow.models.unsafe import UnsafeCheckpointError, is_unsafe_pickle, unsafe_checkpoint_error
+
 __all__ = [
     "INPUT_PROVIDERS",
     "AttentionOutput",
@@ -40,6 +42,8 @@ __all__ = [
     "Explanation",
     "InputContext",
     "NoOutputHeadError",
+    "UnsafeCheckpointError",
+    "check_vocabulary",
     "eager_attention",
     "explain_image",
     "explain_text",
@@ -67,6 +71,15 @@ WORD_START_MARKERS = ("Ġ", "▁")
 _NO_LIMIT = 10**9
 # Logits longer than this (a language model's vocabulary) are left out of `Explanation.to_dict`.
 MAX_LOGITS_IN_DICT = 1024
+# A tokenizer that maps more than this share of an input's tokens to its unknown token is refused:
+# a model folder without its tokenizer files gets one that knows only the special tokens, so every
+# word becomes [UNK] and the maps explain nothing.
+UNK_SHARE_MAX = 0.5
+# The files a tokenizer is built from (fast tokenizers, WordPiece, BPE, SentencePiece).
+TOKENIZER_FILES = (
+    "tokenizer.json", "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
+    "tokenizer.model",
+)  # fmt: skip
 
 
 class AttentionUnavailableError(ValueError):
@@ -338,6 +351,11 @@ def forward_attentions(model: Any, batch: Any, *, target: Target = None) -> Atte
     (0.0, 0.0)
     """
     device = _model_device(model)
+    if device.type == "meta":
+        raise ValueError(
+            f"{type(model).__name__}'s weights are on the 'meta' device (shapes without values, e.g. built "
+            "under init_empty_weights or loaded with device_map='meta'); load the real weights first"
+        )
     inputs = _model_inputs(batch, device)
     mask = inputs.get("attention_mask")
     want_grad = target is not None
@@ -609,21 +627,99 @@ def save_explanations(explanations: Sequence[Explanation], path: str | Path) -> 
 
 
 def load_explanations(path: str | Path) -> list[Explanation]:
-    """Read what `save_explanations` wrote (.json or .safetensors)."""
-    path = Path(path)
-    if path.suffix == ".json":
-        return [Explanation.from_dict(d) for d in json.loads(path.read_text(encoding="utf-8"))]
-    if path.suffix == ".safetensors":
-        from safetensors import safe_open
+    """Read what `save_explanations` wrote (.json or .safetensors).
 
+    Raises FileNotFoundError for a missing file and ValueError (attnflow.io.ArtifactError) naming
+    the file and what is wrong with it for anything else: not JSON / safetensors, or not a list of
+    explanations (tokens, maps [layer, token] per method, layer, row).
+    """
+    from attnflow.io import ArtifactError
+
+    path = Path(path)
+    if path.suffix not in (".json", ".safetensors"):
+        raise ValueError(f"unknown explanation file type {path.suffix!r}: use .json or .safetensors")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such explanations file")
+    try:
+        records = _read_explanation_json(path) if path.suffix == ".json" else _read_explanation_tensors(path)
+        if not isinstance(records, list):
+            raise ArtifactError(f"expected a list of explanations, found a {type(records).__name__}")
+        return [_explanation_from_record(d, i) for i, d in enumerate(records)]
+    except ArtifactError as exc:
+        raise ArtifactError(f"{path}: not an explanations file: {exc}") from None
+    except Exception as exc:
+        first = (str(exc).splitlines() or [""])[0]
+        raise ArtifactError(f"{path}: not an explanations file ({type(exc).__name__}: {first})") from exc
+
+
+def _read_explanation_json(path: Path) -> Any:
+    from attnflow.io import ArtifactError
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ArtifactError(f"not UTF-8 text (byte offset {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"invalid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})") from None
+
+
+def _read_explanation_tensors(path: Path) -> list[Any]:
+    from safetensors import SafetensorError, safe_open
+
+    from attnflow.io import ArtifactError
+
+    try:
         with safe_open(str(path), framework="numpy") as f:
-            rest = json.loads(f.metadata()["explanations"])
-            out = []
+            meta = f.metadata() or {}
+            if "explanations" not in meta:
+                raise ArtifactError(
+                    "no 'explanations' entry in its metadata (not written by save_explanations)"
+                )
+            try:
+                rest = json.loads(meta["explanations"])
+            except json.JSONDecodeError as exc:
+                raise ArtifactError(f"its 'explanations' metadata is not valid JSON ({exc.msg})") from None
+            if not isinstance(rest, list):
+                raise ArtifactError(f"its 'explanations' metadata is a {type(rest).__name__}, not a list")
+            names = set(f.keys())
             for i, d in enumerate(rest):
+                if not isinstance(d, dict) or not isinstance(d.get("methods"), list):
+                    raise ArtifactError(f"explanation {i} has no list of methods in the metadata")
+                missing = [f"{i}/{m}" for m in d["methods"] if f"{i}/{m}" not in names]
+                if missing:
+                    raise ArtifactError(f"tensor(s) {', '.join(missing)} missing")
                 d["maps"] = {m: f.get_tensor(f"{i}/{m}").astype(np.float64) for m in d.pop("methods")}
-                out.append(Explanation.from_dict(d))
-        return out
-    raise ValueError(f"unknown explanation file type {path.suffix!r}: use .json or .safetensors")
+            return rest
+    except SafetensorError as exc:
+        raise ArtifactError(f"not a readable safetensors file ({exc})") from None
+
+
+def _explanation_from_record(d: Any, i: int) -> Explanation:
+    """Explanation.from_dict with the layout checked; ArtifactError says what is wrong."""
+    from attnflow.io import ArtifactError
+
+    if not isinstance(d, dict):
+        raise ArtifactError(f"explanation {i} is a {type(d).__name__}, not an object")
+    missing = [k for k in ("tokens", "maps", "layer", "row") if k not in d]
+    if missing:
+        raise ArtifactError(f"explanation {i} lacks {', '.join(missing)}")
+    tokens, maps = d["tokens"], d["maps"]
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        raise ArtifactError(f"explanation {i}: tokens must be a list of strings")
+    if not isinstance(maps, dict) or not maps:
+        raise ArtifactError(f"explanation {i}: maps must be a non-empty object of method -> [layer, token]")
+    for m, v in maps.items():
+        try:
+            arr = np.asarray(v, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ArtifactError(f"explanation {i}: map {m!r} is not a numeric [layer, token] table") from None
+        if arr.ndim != 2 or arr.shape[1] != len(tokens):
+            raise ArtifactError(
+                f"explanation {i}: map {m!r} has shape {arr.shape}, expected (layers, {len(tokens)})"
+            )
+    if isinstance(d["layer"], bool) or not isinstance(d["layer"], int):
+        raise ArtifactError(f"explanation {i}: layer must be an integer, got {d['layer']!r}")
+    return Explanation.from_dict(d)
 
 
 @dataclass
@@ -774,8 +870,7 @@ def _explain_batch(
     valid = np.ones((bsz, tokens), dtype=bool) if valid is None else valid.cpu().numpy()  # (B, T)
     idx = [np.flatnonzero(v) for v in valid]  # real positions of each sample
     row_of = [_row_position(rows, len(i), causal) for i in idx]
-    # float64 numpy once per batch: (B, L, H, T, T)
-    attn_all = out.attentions.detach().to(device="cpu", dtype=torch.float64).numpy()
+    attn_all = _float64_attentions(out.attentions, valid)  # (B, L, H, T, T)
     made = {
         k: torch.as_tensor(v).detach().to(device="cpu", dtype=torch.float64).numpy() for k, v in made.items()
     }
@@ -818,6 +913,20 @@ def _explain_batch(
             {"maps": maps[b], "row": row_of[b], "layer": layer, "logits": logits, "lm": lm, "keep": keep}
         )
     return out, results
+
+
+def _float64_attentions(attentions: torch.Tensor, valid: np.ndarray) -> np.ndarray:
+    """float64 numpy attentions (B, L, H, T, T), once per batch, for the explainers.
+
+    float16 / bfloat16 rows are checked against their own dtype's row-sum tolerance
+    (attnflow.explain ROW_SUM_TOLS), then rescaled to sum to 1: in float64 the explainers would hold
+    them to float32's tolerance, which rounding to 8 significant bits alone can exceed.
+    """
+    from attnflow.explain._common import ROW_SUM_TOL, head_stack, prepare, row_sum_tolerance
+
+    if row_sum_tolerance(attentions) <= ROW_SUM_TOL:
+        return attentions.detach().to(device="cpu", dtype=torch.float64).numpy()
+    return head_stack(prepare(attentions, mask=valid), renormalize=True)
 
 
 def _prediction(model: Any, res: Mapping[str, Any], tokenizer: Any = None) -> tuple[int | None, str | None]:
@@ -872,6 +981,51 @@ def _tokenize(
     return enc
 
 
+def check_vocabulary(
+    tokenizer: Any, texts: Sequence[str], *, ids: Sequence[Sequence[int]] | None = None
+) -> None:
+    """Refuse (ValueError) a tokenizer that maps most of `texts` to its unknown token.
+
+    More than UNK_SHARE_MAX of the tokens (special tokens other than the unknown one left out)
+    being the unknown token means the tokenizer does not belong to the model: typically a model
+    folder without its tokenizer files, for which transformers builds a tokenizer that knows only
+    the special tokens. The message says which tokenizer files the folder has or lacks. `ids`: the
+    texts' token ids if already computed.
+    """
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if unk is None or not texts:
+        return
+    if ids is None:
+        ids = tokenizer(list(texts), truncation=False)["input_ids"]
+    special = set(getattr(tokenizer, "all_special_ids", None) or []) - {unk}
+    tokens = [t for row in ids for t in row if t not in special]
+    unknown = sum(t == unk for t in tokens)
+    if not tokens or unknown <= UNK_SHARE_MAX * len(tokens):
+        return
+    folder = Path(str(getattr(tokenizer, "name_or_path", "") or ""))
+    try:
+        size = len(tokenizer)
+    except TypeError:
+        size = None
+    vocab = f" (its vocabulary has {size} entries)" if size is not None else ""
+    expected = (
+        "tokenizer.json, or vocab.txt (WordPiece), vocab.json + merges.txt (BPE), or a SentencePiece model"
+    )
+    if str(folder) and folder.is_dir():
+        present = [f for f in TOKENIZER_FILES if (folder / f).is_file()]
+        where = (
+            f"{folder} has no tokenizer files (expected {expected})"
+            if not present
+            else f"{folder} has {', '.join(present)}, which may not belong to this model"
+        )
+    else:
+        where = f"its files are missing or do not belong to the model (expected {expected})"
+    raise ValueError(
+        f"the tokenizer maps {unknown} of {len(tokens)} input tokens to its unknown token "
+        f"{getattr(tokenizer, 'unk_token', None)!r}{vocab}: {where}"
+    )
+
+
 def explain_texts(
     model: Any,
     tokenizer: Any,
@@ -906,7 +1060,9 @@ def explain_texts(
     if getattr(tokenizer, "pad_token", None) is None:
         batch_size = 1  # no padding token (GPT-2): one text per forward
     # lengths first, to batch texts of similar length (less padding) and catch long ones early
-    lengths = [len(ids) for ids in tokenizer(texts, truncation=False)["input_ids"]] if texts else []
+    all_ids = tokenizer(texts, truncation=False)["input_ids"] if texts else []
+    check_vocabulary(tokenizer, texts, ids=all_ids)
+    lengths = [len(ids) for ids in all_ids]
     if limit is not None and not truncate:
         for text, n in zip(texts, lengths, strict=True):
             if n > limit:
@@ -1077,7 +1233,8 @@ def load_model(name: str, *, device: str | torch.device = "cpu") -> tuple[Any, A
 
     "minilm" is the packaged MiniLM (attnflow.models.hf.resolve_pretrained). The head follows the
     checkpoint's `architectures` (sequence / image classifier, causal LM); otherwise the bare
-    model (no logits). Local files first; the hub only when it answers.
+    model (no logits). Local files first; the hub only when it answers. A pickled checkpoint that
+    holds code is refused with UnsafeCheckpointError (naming the file).
     """
     import transformers
 
@@ -1091,7 +1248,12 @@ def load_model(name: str, *, device: str | torch.device = "cpu") -> tuple[Any, A
         if any(a.endswith(suffixes) for a in archs):
             auto = cls
             break
-    model = _from_pretrained(getattr(transformers, auto).from_pretrained, path)
+    try:
+        model = _from_pretrained(getattr(transformers, auto).from_pretrained, path)
+    except Exception as exc:
+        if is_unsafe_pickle(exc):
+            raise unsafe_checkpoint_error(path) from None
+        raise
     model.to(device).eval()
     if getattr(config, "vocab_size", None) is None and getattr(config, "image_size", None) is not None:
         processor = _from_pretrained(transformers.AutoImageProcessor.from_pretrained, path)

@@ -14,10 +14,44 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from pathlib import Path
+from pathlib import Path, PurePath, PurePosixPath, PureWindowsPath
 from typing import Any
 
-__all__ = ["StudyPaths"]
+__all__ = ["StudyPaths", "UnsafeName", "inside"]
+
+
+_AGGREGATE_KEY = "hydra.callbacks.aggregate.into"  # the sweep's aggregate folder (pipelines.study)
+
+
+class UnsafeName(ValueError):
+    """A config value that names a file or folder would lead outside its folder."""
+
+
+def inside(folder: str | Path, name: str, *, key: str) -> Path:
+    """``folder / name``, refused unless ``name`` is a relative path that stays below ``folder``.
+
+    Every config value that becomes part of a path (a study name, a task, an aggregate folder)
+    goes through here, so ``study=../../x`` cannot write outside ``multirun/``. The check is on the
+    text (no symlink resolution): ``..``, an absolute path, a drive, an empty name and ``.`` are
+    refused, the message naming the config ``key``.
+
+    >>> inside("reports", "sweep", key="into").as_posix()
+    'reports/sweep'
+    >>> inside("reports", "../../escaped", key="hydra.callbacks.aggregate.into")
+    Traceback (most recent call last):
+    attnflow.paths.UnsafeName: hydra.callbacks.aggregate.into='../../escaped' must name a folder inside reports/ (no '..', no absolute path)
+    """
+    text = str(name)
+    parts = [PurePosixPath(text), PureWindowsPath(text)]  # a backslash or drive is refused everywhere
+    if (
+        not text.strip()
+        or "\x00" in text
+        or any(p.is_absolute() or p.anchor or ".." in p.parts for p in parts)
+        or all(part == "." for part in PurePosixPath(text).parts)
+    ):
+        shown = PurePath(folder).as_posix()
+        raise UnsafeName(f"{key}={text!r} must name a folder inside {shown}/ (no '..', no absolute path)")
+    return Path(folder) / text
 
 
 @dataclass(frozen=True)
@@ -37,70 +71,74 @@ class StudyPaths:
 
     # download / prepare / train
     def raw_data(self, task: str) -> Path:
-        return self.raw / task
+        return inside(self.raw, task, key="tasks")
 
     def prepared_data(self, task: str) -> Path:
-        return self.prepared / task
+        return inside(self.prepared, task, key="tasks")
 
     def model_dir(self, task: str) -> Path:
         """Checkpoints (best.ckpt, last.ckpt), metrics.json, curve.* of the train stage."""
-        return self.models / task
+        return inside(self.models, task, key="tasks")
 
     def model(self, task: str) -> Path:
         """The exported, pickle-free model folder that later stages load."""
-        return self.models / task / "model"
+        return self.model_dir(task) / "model"
 
     # capture / explain / attribute
     def samples(self, task: str) -> Path:
-        return self.capture / task / "samples.parquet"
+        return inside(self.capture, task, key="tasks") / "samples.parquet"
 
     def attentions(self, task: str) -> Path:
-        return self.capture / task / "attentions.safetensors"
+        return inside(self.capture, task, key="tasks") / "attentions.safetensors"
 
     def relevance(self, task: str) -> Path:
         """Attention gradients and LRP relevance for the class-specific explainers (when asked for)."""
-        return self.capture / task / "relevance.safetensors"
+        return inside(self.capture, task, key="tasks") / "relevance.safetensors"
 
     def maps(self, task: str) -> Path:
-        return self.explain / task / "maps.safetensors"
+        return inside(self.explain, task, key="tasks") / "maps.safetensors"
 
     def importance(self, task: str) -> Path:
-        return self.attribute / task / "importance.safetensors"
+        return inside(self.attribute, task, key="tasks") / "importance.safetensors"
+
+    def switched_importance(self, task: str) -> Path:
+        """Blank-out under each attribution switch flipped alone (the report's sensitivity table)."""
+        return inside(self.attribute, task, key="tasks") / "switches.safetensors"
 
     # reports (tracked by git)
     def task_reports(self, task: str) -> Path:
-        return self.reports / task
+        return inside(self.reports, task, key="tasks")
 
     def data_summary(self, task: str) -> Path:
-        return self.reports / task / "data_summary.json"
+        return self.task_reports(task) / "data_summary.json"
 
     def train_metrics(self, task: str) -> Path:
-        return self.reports / task / "train_metrics.json"
+        return self.task_reports(task) / "train_metrics.json"
 
     def correlations(self, task: str) -> Path:
         """The results contract: one tidy row per (importance, method, head, layer, variant)."""
-        return self.reports / task / "correlations.parquet"
+        return self.task_reports(task) / "correlations.parquet"
 
     def correlations_metrics(self, task: str) -> Path:
         """The configured variant's means as DVC metrics (derived from the table)."""
-        return self.reports / task / "correlations.json"
+        return self.task_reports(task) / "correlations.json"
 
     def curves(self, task: str) -> Path:
-        return self.reports / task / "curves"
+        return self.task_reports(task) / "curves"
 
     def faithfulness(self, task: str) -> Path:
         """Faithfulness scores: one tidy row per (method, layer, metric)."""
-        return self.reports / task / "faithfulness.parquet"
+        return self.task_reports(task) / "faithfulness.parquet"
 
     def perturbation_curves(self, task: str) -> Path:
-        return self.reports / task / "perturbation_curves.parquet"
+        return self.task_reports(task) / "perturbation_curves.parquet"
 
     def method_agreement(self, task: str) -> Path:
         """Kendall tau and top-k overlap between every pair of methods, per layer."""
-        return self.reports / task / "method_agreement.parquet"
+        return self.task_reports(task) / "method_agreement.parquet"
 
     def faithfulness_metrics(self, task: str) -> Path:
-        return self.reports / task / "faithfulness.json"
+        return self.task_reports(task) / "faithfulness.json"
 
     @property
     def language_model(self) -> Path:
@@ -120,11 +158,11 @@ class StudyPaths:
     def sweep_table(self, name: str = "sweep") -> Path:
         """A sweep's finished jobs' correlation tables, stacked (``pipelines.study``); ``name`` is
         the sweep's aggregate folder: ``sweep`` (seeds) or ``recipes`` (recipe choices)."""
-        return self.reports / name / "correlations.csv"
+        return inside(self.reports, name, key=_AGGREGATE_KEY) / "correlations.csv"
 
     def sweep_jobs_file(self, name: str = "sweep") -> Path:
         """Every job of a sweep: seed, overrides, status, error, each task's accuracy."""
-        return self.reports / name / "jobs.json"
+        return inside(self.reports, name, key=_AGGREGATE_KEY) / "jobs.json"
 
     @property
     def sweep(self) -> Path:

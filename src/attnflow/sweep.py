@@ -27,7 +27,8 @@ def _last_line(path: Path) -> str:
 
 
 def _accuracy(path: Path) -> dict[str, Any]:
-    """A job's accuracies from its train_metrics.json: test, teacher, per attractor count."""
+    """A job's accuracies from its train_metrics.json: test, teacher, per attractor count, and the
+    number of training items (a learning curve's x)."""
     if not path.is_file():
         return {}
     metrics = read_json(path)
@@ -36,6 +37,7 @@ def _accuracy(path: Path) -> dict[str, Any]:
         "accuracy": metrics.get("accuracy"),
         "teacher_accuracy": (metrics.get("teacher") or {}).get("accuracy"),
         "accuracy_by_attractors": attractors.get("accuracy_by_attractors"),
+        "n_train": metrics.get("n_train"),
     }
 
 
@@ -54,6 +56,7 @@ def stack_jobs(
     return the latter's content."""
     import yaml
 
+    table_file, jobs_file = out.sweep_table(name), out.sweep_jobs_file(name)  # a bad name: refused first
     jobs = sorted(  # a job that failed before writing its params.yaml (a refused config) still counts
         (p for p in Path(sweep_dir).iterdir() if (p / "params.yaml").is_file() or (p / error_file).is_file()),
         key=lambda p: (len(p.name), p.name),
@@ -95,6 +98,6 @@ def stack_jobs(
         "seeds": sorted(r["seed"] for r in records if r["status"] == "finished"),
     }
     stacked = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
-    write_text(out.sweep_table(name), stacked.to_csv(index=False))
-    write_json(out.sweep_jobs_file(name), payload)
+    write_text(table_file, stacked.to_csv(index=False))
+    write_json(jobs_file, payload)
     return payload

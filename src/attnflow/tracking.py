@@ -12,6 +12,10 @@ the experiment opens on the runs table (it is marked as model development, not G
 server is probed before a stage starts (a dead one fails in seconds, naming the URI), a run that
 a kill left RUNNING is closed as KILLED by the next run of the same stage and config, and an
 interrupted stage (Ctrl-C, SIGTERM) ends KILLED, a failing one FAILED.
+
+A server lost mid-run fails the stage in bounded time with :class:`TrackingUnavailable`: MLflow's
+own HTTP retries (7 tries, exponential backoff: minutes of silence per call) are cut to
+``HTTP_DEFAULTS`` unless the environment sets them.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import math
 import os
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +35,7 @@ from mlflow.entities import Param
 
 __all__ = [
     "EXPERIMENT_KIND",
+    "HTTP_DEFAULTS",
     "StageRun",
     "TrackingUnavailable",
     "close_stale_runs",
@@ -50,6 +55,13 @@ PROBE_TIMEOUT_S = 3.0  # a tracking server that does not answer in this time is 
 # MLflow 3's UI opens GenAI experiments on an "Overview" page; this kind opens the runs table.
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 PARENT_TAG = "attnflow.study_run"  # marks the parent run of one config's stage runs
+# MLflow's HTTP client, bounded: a killed server (connection refused) fails a call in about 4 s
+# (3 tries, waits 0 and 2 s plus jitter), a hung one in about 100 s; a variable already set wins.
+HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+}
 
 
 class TrackingUnavailable(RuntimeError):
@@ -76,6 +88,40 @@ def probe(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
             f"({getattr(exc, 'reason', exc)}). Start it, or use the embedded store: unset "
             "MLFLOW_TRACKING_URI and set tracking.uri=sqlite:///mlflow.db (or tracking.enabled=false)."
         ) from None
+
+
+def _bound_http_retries() -> None:
+    for name, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+
+
+def _tracking_error(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) came from MLflow or its HTTP client."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        module = type(seen).__module__
+        if module.startswith(("mlflow", "requests", "urllib3")):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _lost(uri: str, stage: str, exc: BaseException) -> TrackingUnavailable | None:
+    """A :class:`TrackingUnavailable` naming the stage when ``exc`` came from a tracking server
+    that no longer answers; None when the error is something else."""
+    if isinstance(exc, TrackingUnavailable) or not _tracking_error(exc):
+        return None
+    try:
+        probe(uri)
+    except TrackingUnavailable:
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        return TrackingUnavailable(
+            f"MLflow tracking server {uri} stopped answering during stage {stage!r} ({reason}); the "
+            "stage stopped, and its run stays RUNNING until the next run of the stage closes it as "
+            "KILLED. Restart the server and run the stage again, or use the embedded store: unset "
+            "MLFLOW_TRACKING_URI and set tracking.uri=sqlite:///mlflow.db (or tracking.enabled=false)."
+        )
+    return None
 
 
 def tracking_uri(configured: str | None) -> str:
@@ -191,8 +237,15 @@ class StageRun:
 class _DisabledRun(StageRun):
     """What ``stage_run`` yields with ``tracking.enabled=false``: every call does nothing."""
 
-    def __init__(self) -> None:  # no MLflow run behind it
-        self.run_id = ""  # type: ignore[misc]
+    def __init__(self) -> None:  # no MLflow run, client or server behind it
+        self.run = None  # type: ignore[assignment]
+        self.client = None  # type: ignore[assignment]
+        self.uri = ""
+        self.experiment = ""
+
+    @property
+    def run_id(self) -> str:  # the base property reads self.run, which is None here
+        return ""
 
     def log_metrics(self, *args: Any, **kwargs: Any) -> None:
         pass
@@ -263,6 +316,7 @@ def stage_run(
         yield _DisabledRun()
         return
     uri = tracking_uri(uri or track.get("uri"))
+    _bound_http_retries()  # before the first MLflow call: a lost server fails, never hangs
     probe(uri)
     experiment = experiment or track.get("experiment") or config.get("study") or "attnflow"
     mlflow.set_tracking_uri(uri)
@@ -297,9 +351,16 @@ def stage_run(
         clean = isinstance(exc, SystemExit) and exc.code in (0, None)
         mlflow.end_run("FINISHED" if clean else "KILLED")
         raise
-    except BaseException:
-        mlflow.end_run("FAILED")
-        raise
+    except BaseException as exc:
+        lost = _lost(uri, stage, exc)
+        if lost is None:
+            mlflow.end_run("FAILED")
+            raise
+        # end_run pops the run even when the dead server cannot record the status: it stays
+        # RUNNING there, and the next run of the stage closes it as KILLED
+        with suppress(Exception):
+            mlflow.end_run("FAILED")
+        raise lost from exc
     mlflow.end_run("FINISHED")
 
 

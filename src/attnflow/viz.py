@@ -37,6 +37,7 @@ __all__ = [
     "heatmap_figure",
     "html_page",
     "score_bar",
+    "script_json",
     "token_table",
     "write_html",
     "write_png",
@@ -401,6 +402,25 @@ _JS = r"""
 """
 
 
+# Characters escaped in JSON embedded in a <script> block. "<" covers "</script" (which would end the
+# block) and "<!--" / "<script" (which put the HTML parser in its double-escaped state, where the
+# block's "</script>" no longer ends it and the page stays blank); ">" and "&" for "-->", "]]>" and
+# character references; U+2028 / U+2029 end a line in older JavaScript parsers.
+_SCRIPT_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def script_json(data: Any) -> str:
+    """JSON that is safe to put inside a ``<script>`` block, whatever strings `data` holds.
+
+    The only way this module embeds data in HTML: every writer of a page goes through it.
+
+    >>> print(script_json({"t": "</script><!--"}))
+    {"t":"\\u003c/script\\u003e\\u003c!--"}
+    """
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.translate(str.maketrans(_SCRIPT_ESCAPES))
+
+
 def _round_nested(x: Any) -> Any:
     arr = np.asarray(x, dtype=np.float64)
     arr = np.where(np.isfinite(arr), arr, 0.0)
@@ -454,8 +474,7 @@ def html_page(
             entry["row"] = row % len(rows) if rows else 0
         clean.append(entry)
     data = {"rgb": list(_RGB), "items": clean}
-    # "</" inside a <script> block would end it; "<\/" is the same JSON string.
-    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    payload = script_json(data)
     esc = html.escape
     return f"""<!DOCTYPE html>
 <html lang="en">

@@ -29,7 +29,7 @@ def _job(sweep, number, overrides, *, mean=None, error=None):
                "variant": "configured", "mean": mean}  # fmt: skip
         pd.DataFrame([row]).to_parquet(paths.correlations("agreement"))
         metrics = {"accuracy": 0.9, "teacher": {"accuracy": 0.95},
-                   "extra_eval": {"attractors": {"accuracy_by_attractors": {"1": 0.8}}}}  # fmt: skip
+                   "extra_eval": {"attractors": {"accuracy_by_attractors": {"1": 0.8}}}, "n_train": 120}  # fmt: skip
         paths.train_metrics("agreement").write_text(json.dumps(metrics))
 
 
@@ -50,7 +50,7 @@ def test_recipe_sweep_is_stacked_under_its_name_with_overrides_and_accuracy(tmp_
     jobs = json.loads(out.recipe_jobs.read_text())["jobs"]
     assert [j["recipe"] for j in jobs] == ["recipe=plain", "recipe=authors", "recipe=authors"]
     assert jobs[0]["accuracy"] == {
-        "agreement": {"accuracy": 0.9, "teacher_accuracy": 0.95, "accuracy_by_attractors": {"1": 0.8}}
+        "agreement": {"accuracy": 0.9, "teacher_accuracy": 0.95, "accuracy_by_attractors": {"1": 0.8}, "n_train": 120}
     }
 
 

@@ -15,9 +15,18 @@ from typing import Any
 
 import numpy as np
 
-# A valid attention row (over the valid keys) must sum to 1 within this, unless renormalize=True.
-# float32 softmax rows are off by ~1e-6; fp16/bf16 ones by ~1e-3.
+# A valid attention row (over the valid keys) must sum to 1 within the tolerance of the dtype the
+# weights come in, unless renormalize=True. float32 softmax rows are off by ~1e-6 (1e-3 leaves room
+# for weights saved or averaged elsewhere). Rounding each weight of an exact softmax to a p-bit
+# significand moves the row sum by up to 2^-p: 2^-11 ~ 5e-4 for float16, 2^-9 ~ 2e-3 for bfloat16
+# (observed: 2e-3 from a real bfloat16 softmax); the low-precision tolerances are 8x that bound.
 ROW_SUM_TOL = 1e-3
+ROW_SUM_TOLS = {
+    "float64": ROW_SUM_TOL,
+    "float32": ROW_SUM_TOL,
+    "float16": 4e-3,
+    "bfloat16": 1.6e-2,
+}
 
 HEAD_AGGREGATIONS = ("mean", "sum", "max")
 
@@ -27,9 +36,35 @@ def is_torch(x: Any) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
-def as_numpy(x: Any, name: str) -> np.ndarray:
-    """A read-only numpy view (or copy) of an array-like; torch tensors are detached to the CPU."""
+def dtype_name(x: Any) -> str:
+    """The element type of an array-like as a plain name: "float32", "bfloat16", "int64", ..."""
     if is_torch(x):
+        return str(x.dtype).removeprefix("torch.")
+    dtype = getattr(x, "dtype", None)
+    return np.dtype(dtype).name if dtype is not None else np.asarray(x).dtype.name
+
+
+def row_sum_tolerance(x: Any) -> float:
+    """How far a row of `x` (attention probabilities) may sum from 1: ROW_SUM_TOLS by its dtype.
+
+    >>> row_sum_tolerance(np.zeros(2, dtype=np.float16)), row_sum_tolerance([0.5, 0.5])
+    (0.004, 0.001)
+    """
+    return ROW_SUM_TOLS.get(dtype_name(x), ROW_SUM_TOL)
+
+
+def as_numpy(x: Any, name: str) -> np.ndarray:
+    """A read-only numpy view (or copy) of an array-like; torch tensors are detached to the CPU.
+
+    A tensor on the "meta" device (a shape without values) is refused with a ValueError.
+    """
+    if is_torch(x):
+        if x.device.type == "meta":
+            raise ValueError(
+                f"{name} is on the 'meta' device: a tensor with a shape but no values (e.g. from a model "
+                "built under init_empty_weights or loaded with device_map='meta'); load the real weights "
+                "and pass tensors on the CPU or a GPU"
+            )
         x = x.detach().cpu()
         if x.dtype.is_floating_point and x.dtype not in (
             sys.modules["torch"].float32,
@@ -37,11 +72,20 @@ def as_numpy(x: Any, name: str) -> np.ndarray:
         ):
             x = x.double()  # numpy has no bfloat16
         x = x.numpy()
+    if isinstance(x, np.ma.MaskedArray):  # np.asarray would drop the mask and use the hidden values
+        raise ValueError(
+            f"{name} is a masked array: its mask would be ignored; pass padding as mask= or lengths=, "
+            "or fill the masked entries (np.ma.filled) first"
+        )
     arr = np.asarray(x)
     if arr.dtype == object or not (
         np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_
     ):
         raise ValueError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.floating) and arr.dtype.itemsize > 8:  # long double: no exact float64 path
+        raise ValueError(
+            f"{name} has dtype {arr.dtype}: pass float64 or narrower (values are computed in float64)"
+        )
     return arr
 
 
@@ -110,8 +154,10 @@ def prepare(attn: Any, *, lengths: Any = None, mask: Any = None, renormalize: bo
 
     Rules: 4 dims [layer, head, query, key] or 5 dims [batch, ...]; query == key; no empty axis;
     real numbers; on real positions (padding is ignored): finite, >= 0, and every row of every
-    head summing to 1 within ROW_SUM_TOL over the real keys (skipped when renormalize=True).
+    head summing to 1 over the real keys within the tolerance of attn's dtype (ROW_SUM_TOLS; skipped
+    when renormalize=True). A tensor on the "meta" device is refused.
     """
+    tol = row_sum_tolerance(attn)
     arr = as_numpy(attn, "attn")
     if arr.ndim not in (4, 5):
         raise ValueError(
@@ -145,10 +191,10 @@ def prepare(attn: Any, *, lengths: Any = None, mask: Any = None, renormalize: bo
         raise ValueError(f"attn has negative weights (min {low:.3g}); expected probabilities")
     if not renormalize:
         worst = sums[np.argmax(np.abs(sums - 1.0))]
-        if not abs(worst - 1.0) <= ROW_SUM_TOL:
+        if not abs(worst - 1.0) <= tol:
             raise ValueError(
-                f"attention rows must sum to 1 over the real keys (tolerance {ROW_SUM_TOL}); a row sums "
-                f"to {worst:.6g}; pass renormalize=True to rescale rows"
+                f"attention rows must sum to 1 over the real keys (tolerance {tol} for {dtype_name(attn)}); "
+                f"a row sums to {worst:.6g}; pass renormalize=True to rescale rows"
             )
     return Prepared(attn=arr, valid=valid, batched=batched, like=attn)
 

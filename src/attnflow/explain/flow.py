@@ -13,13 +13,20 @@ __all__ = ["attention_flow"]
 
 
 def flow_rows(
-    caps: np.ndarray, valid: np.ndarray, row_layer: np.ndarray, supply: np.ndarray, row_valid: np.ndarray
+    caps: np.ndarray,
+    valid: np.ndarray,
+    row_layer: np.ndarray,
+    supply: np.ndarray,
+    row_valid: np.ndarray,
+    *,
+    progress: bool | None = None,
 ) -> np.ndarray:
     """Max-flow values for many sources of a padded batch, in original positions.
 
     caps: (B, L, T, T) residual-mixed capacities, padding 0. Row r of sample b is a source at
     layer index row_layer[r] (0-based) whose out-capacities are supply[b, r] (T,); rows with
     row_valid[b, r] False are skipped. Returns (B, R, T): value from that source to input node j.
+    progress: see :func:`attention_flow`.
     """
     batch, _, tokens, _ = caps.shape
     n_rows = row_layer.shape[0]
@@ -36,7 +43,9 @@ def flow_rows(
     bb, rr = np.nonzero(row_valid)  # (n,) each
     sort = np.lexsort((row_layer[rr], bb))  # the solver wants rows grouped by (sample, layer)
     bb, rr = bb[sort], rr[sort]
-    values = layered_max_flow(packed, lengths, bb, row_layer[rr] + 1, packed_supply[bb, rr])  # (n, T)
+    values = layered_max_flow(
+        packed, lengths, bb, row_layer[rr] + 1, packed_supply[bb, rr], progress=progress
+    )  # (n, T)
     out = np.zeros((batch, n_rows, tokens))
     if order is None:
         out[bb, rr] = values
@@ -56,6 +65,7 @@ def attention_flow(
     lengths: Any = None,
     mask: Any = None,
     renormalize: bool = False,
+    progress: bool | None = None,
 ) -> Any:
     """Maximum attention flow from chosen (layer, position) nodes to every input token.
 
@@ -71,6 +81,9 @@ def attention_flow(
     Asking only for the sources you need is cheaper: cost grows linearly with len(sources).
     lengths / mask: real tokens of a padded batch; padded positions get 0 and are never a source
     or sink. Returns [..., len(layers), len(sources), key] of the input's kind.
+    progress: a progress bar on stderr with the time left (True / False); None (default) shows
+    one when the call is estimated to take more than a few seconds (e.g. every row at T = 2048:
+    a minute or more; ``sources=0`` makes it ~T times cheaper).
 
     >>> import numpy as np
     >>> a1 = [[1.0, 0.0], [0.5, 0.5]]
@@ -96,7 +109,7 @@ def attention_flow(
     row_layer = np.repeat(layer_idx, src.size)  # (R,) with R = len(layers) * len(sources)
     row_src = np.tile(src, layer_idx.size)
     supply = caps[:, row_layer, row_src, :]  # (B, R, T): the source's edges to the layer below
-    values = flow_rows(caps, p.valid, row_layer, supply, p.valid[:, row_src])  # (B, R, T)
+    values = flow_rows(caps, p.valid, row_layer, supply, p.valid[:, row_src], progress=progress)  # (B, R, T)
     values = values.reshape(values.shape[0], layer_idx.size, src.size, tokens)  # (B, layers, sources, T)
     if normalize:
         values = normalize_rows(values)

@@ -1,4 +1,5 @@
-"""Lightning callbacks of the train stage: the learning curve and timing, and progress in logs."""
+"""Lightning callbacks of the train stage: the learning curve and timing, progress in logs, and a
+guard that stops training at the first non-finite loss or weight."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback
 
-__all__ = ["CURVE_COLUMNS", "EpochLog", "RunRecorder"]
+__all__ = [
+    "CURVE_COLUMNS",
+    "EpochLog",
+    "FiniteGuard",
+    "NonFiniteError",
+    "RunRecorder",
+    "check_finite_weights",
+]
 
 CURVE_COLUMNS = ("step", "epoch", "train_loss", "val_loss", "val_acc")
 
@@ -126,3 +134,52 @@ class EpochLog(Callback):
             f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs} done in {time.perf_counter() - self._t0:.0f} s: "
             f"val_loss {float(m.get('val_loss', float('nan'))):.4f}, val_acc {float(m.get('val_acc', float('nan'))):.4f}"
         )
+
+
+class NonFiniteError(RuntimeError):
+    """Training produced a non-finite (NaN or infinite) loss or weight."""
+
+
+_HINT = "lower the learning rate (task.<task>.train.lr) or set gradient_clip_val; nothing was exported"
+
+
+def check_finite_weights(module: torch.nn.Module, where: str) -> None:
+    """Raise :class:`NonFiniteError` naming the first parameter that holds a NaN or an infinity."""
+    params = [(n, p) for n, p in module.named_parameters() if p.is_floating_point()]
+    if not params:
+        return
+    finite = torch.stack([torch.isfinite(p.detach()).all() for _, p in params])  # (P,): one sync below
+    if bool(finite.all()):
+        return
+    name = params[int((~finite).nonzero()[0])][0]
+    raise NonFiniteError(f"non-finite weight {name!r} {where}: {_HINT}")
+
+
+class FiniteGuard(Callback):
+    """Stop training with :class:`NonFiniteError` at the first non-finite training loss (checked
+    after every step) or weight (checked before every validation, so no checkpoint holds one).
+
+    It only reads the loss and the weights: the training math and the RNG stream are unchanged.
+    Early stopping cannot catch this: ``val_acc`` of NaN weights is a finite number.
+    """
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if isinstance(loss, torch.Tensor) and not bool(torch.isfinite(loss.detach()).all()):
+            raise NonFiniteError(
+                f"non-finite training loss ({float(loss.detach().float().sum())}) at step "
+                f"{trainer.global_step} (epoch {trainer.current_epoch + 1}, batch {batch_idx + 1}): {_HINT}"
+            )
+
+    def _weights(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        where = f"after step {trainer.global_step} (epoch {trainer.current_epoch + 1})"
+        check_finite_weights(pl_module, where)
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._weights(trainer, pl_module)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._weights(trainer, pl_module)

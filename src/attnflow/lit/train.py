@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from attnflow.io import atomic_path, write_json
 from attnflow.lit import checkpoints
-from attnflow.lit.callbacks import CURVE_COLUMNS, EpochLog, RunRecorder
+from attnflow.lit.callbacks import CURVE_COLUMNS, EpochLog, FiniteGuard, RunRecorder, check_finite_weights
 from attnflow.lit.data import TextClassificationDataModule
 from attnflow.lit.distill import DistillationModule
 from attnflow.lit.module import ClassifierModule
@@ -129,6 +129,7 @@ def _trainer(
         logger=logger if logger is not None else False,
         callbacks=[
             *extra,
+            FiniteGuard(),  # before the checkpoints: a NaN loss or weight stops the run, nothing saved
             EarlyStopping(monitor="val_acc", mode="max", patience=train.patience),
             ModelCheckpoint(
                 dirpath=out_dir,
@@ -341,6 +342,7 @@ def train_task(
         if not trainer.is_global_zero:
             return {}
         _load_weights(module, out_dir / "best.ckpt")
+        check_finite_weights(module, f"in {out_dir / 'best.ckpt'}")  # never export NaN weights
     else:
         if not trainer.is_global_zero:
             return {}

@@ -69,7 +69,8 @@ def load_classifier(model_dir: str | Path, *, device: str | torch.device = "cpu"
     """Rebuild ``(model, encoder)`` from an exported folder; the model is in eval mode.
 
     Raises ``FileNotFoundError`` for a missing folder or file and ``ValueError`` for weights or a
-    manifest that do not match, naming the path in both cases. No pickled code is executed.
+    manifest that do not match, naming the path in both cases. No pickled code is executed: a
+    pickled checkpoint holding code is refused (``attnflow.models.unsafe.UnsafeCheckpointError``).
     """
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
@@ -92,10 +93,16 @@ def load_classifier(model_dir: str | Path, *, device: str | torch.device = "cpu"
     elif kind == "hf":
         from transformers import AutoTokenizer
 
+        from attnflow.models.unsafe import is_unsafe_pickle, unsafe_checkpoint_error
+
         try:
             model = HFClassifier.from_pretrained(str(model_dir), strict=True)
-        except OSError as exc:
-            raise FileNotFoundError(f"{model_dir}: cannot load the Hugging Face model ({exc})") from exc
+        except Exception as exc:
+            if is_unsafe_pickle(exc):  # a pickled checkpoint with code: name it, never load it unsafely
+                raise unsafe_checkpoint_error(model_dir) from None
+            if isinstance(exc, OSError):
+                raise FileNotFoundError(f"{model_dir}: cannot load the Hugging Face model ({exc})") from exc
+            raise
         encoder = HFEncoder(AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True))
     else:
         raise ValueError(f"{manifest_path}: unknown model kind {kind!r}")
@@ -128,4 +135,4 @@ def _load_agreement(model_dir: Path, manifest: dict[str, Any]) -> tuple[Agreemen
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:
         raise ValueError(f"{weights}: weights do not match the model config ({exc})") from None
-    return model, WordEncoder(vocab, max_length=config.block_size)
+    return model, WordEncoder(vocab, max_length=config.block_size, append_eos=config.append_eos)

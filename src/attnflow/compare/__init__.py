@@ -1,0 +1,27 @@
+"""attnflow.compare: attnflow's methods in the evaluation tools researchers already use.
+
+- `token_attributions` (``scores``): one method ("raw", "rollout", "flow", "chefer",
+  "chefer_lrp", "attnlrp") as a (batch, token) score of token ids; the core of both adapters.
+- ``attnflow.compare.captum``: `AttnflowAttribution`, a captum ``Attribution`` for captum's
+  metrics (infidelity, sensitivity_max) next to Saliency / IG / FeatureAblation; and
+  `integrated_gradients`, IG × input per token through captum's ``LayerIntegratedGradients``.
+- ``attnflow.compare.ferret``: `AttnflowExplainer`, a ferret ``BaseExplainer`` for ferret's
+  ``Benchmark`` (AOPC comprehensiveness / sufficiency, τ-LOO).
+- `infidelity_masking`, `sensitivity_masking` (``perturb``): token-masking perturbations for
+  captum's metrics on token ids.
+
+captum and ferret are optional: ``pip install --no-deps -r requirements-compare.txt``.
+Importing this package needs neither; see docs/methods/compare.md.
+"""
+
+from .perturb import infidelity_masking, mask_tokens, sensitivity_masking
+from .scores import METHODS, logits_forward, token_attributions
+
+__all__ = [
+    "METHODS",
+    "infidelity_masking",
+    "logits_forward",
+    "mask_tokens",
+    "sensitivity_masking",
+    "token_attributions",
+]

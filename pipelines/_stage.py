@@ -1,12 +1,19 @@
-"""What every stage script shares: the task argument, the study paths and the MLflow run."""
+"""What every stage script shares: the task argument, the study paths and the MLflow run.
+
+The MLflow run of a stage is generic: its params are the config values the stage declares in
+``dvc.yaml``, its description the stage script's docstring, and when the body returns, the stage's
+declared outputs, metrics files and exported classifier are logged (:func:`attnflow.tracking.log_outputs`).
+"""
 
 from __future__ import annotations
 
+import importlib
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -22,11 +29,40 @@ def paths(cfg: DictConfig) -> StudyPaths:
     return StudyPaths.from_config(cfg.paths)
 
 
+DVC_YAML = _config.ROOT / "dvc.yaml"
+
+
+def overrides(config: dict[str, Any]) -> dict[str, Any]:
+    """What this config changes from conf/'s defaults (flattened keys; the Hydra overrides inside a
+    sweep job); where the run happens (``paths``, ``tracking``, ``data.mirrors``) is left out."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return dict(o.split("=", 1) for o in HydraConfig.get().overrides.task if "=" in o)
+    try:
+        defaults = tracking.flatten(_config.to_dict(_config.compose()))
+    except _config.ConfigError:
+        return {}
+    skip = ("paths.", "tracking.", "data.mirrors")
+    return {
+        k: v for k, v in tracking.flatten(config).items() if defaults.get(k) != v and not k.startswith(skip)
+    }
+
+
 @contextmanager
 def stage_run(cfg: DictConfig, stage: str, task: str | None = None, inputs: Sequence[Path] = ()) -> Iterator:
     """The stage's MLflow run (see :func:`attnflow.tracking.stage_run`)."""
-    with tracking.stage_run(_config.to_dict(cfg), stage=stage, dataset=task, inputs=inputs) as run:
+    from attnflow.tracking.models import registered_name
+
+    config = _config.to_dict(cfg)
+    declared = tracking.declared(DVC_YAML, stage, item=task, config=config)
+    module = importlib.import_module(f"pipelines.{stage}")  # run as __main__, its docstring is here
+    with tracking.stage_run(
+        config, stage=stage, dataset=task, inputs=inputs, params=declared.params,
+        description=(module.__doc__ or "").strip() or None, overrides=lambda: overrides(config),
+    ) as run:  # fmt: skip
         yield run
+        tracking.log_outputs(run, declared, task=task, model_name=registered_name(task) if task else None)
 
 
 def main(run: Callable[[DictConfig, str], None], *, usage: str) -> None:

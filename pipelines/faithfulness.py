@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from attnflow.attribution.faithfulness import faithfulness_study
+from attnflow.attribution.comparators import compare_on_subset
+from attnflow.attribution.faithfulness import faithfulness_study, faithfulness_subset
+from attnflow.attribution.samples import study_options
 from attnflow.devices import resolve_device
 from attnflow.io import load_aligned, read_parquet, write_json, write_parquet
 from attnflow.metrics.tables import faithfulness_tree
 from attnflow.models import load_classifier
 from attnflow.tasks import get_task
-from pipelines import _stage
+from pipelines import _config, _stage
 
 
 def run(cfg: DictConfig, task: str) -> None:
@@ -24,11 +26,19 @@ def run(cfg: DictConfig, task: str) -> None:
         )
         device = resolve_device(cfg.trainer.device)
         model, encoder = load_classifier(paths.model(task), device=device)
+        n_samples, keep = cfg.task[task].faithfulness.n_samples, get_task(task).special_positions
+        subset = [
+            samples["input_ids"].iloc[i] for i in faithfulness_subset(len(samples), n_samples, cfg.seed)
+        ]
+        extra, cost = compare_on_subset(
+            model, encoder, subset, methods=methods, task_rows=cfg.task[task].rows, keep_positions=keep,
+            importance_options=study_options(_config.to_dict(cfg.attribution), cfg.task[task], encoder), device=device,
+        )  # fmt: skip
         result = faithfulness_study(
             model, samples["input_ids"].tolist(), {m: maps[m] for m in methods}, importance, sample_ids=ids,
-            n_samples=cfg.task[task].faithfulness.n_samples,
+            n_samples=n_samples, subset_scores=extra,
             layers=list(opts.layers), seed=cfg.seed, top_k=opts.top_k, n_boot=opts.n_boot, pad_id=encoder.pad_id,
-            keep_positions=get_task(task).special_positions, batch_size=opts.batch_size, device=device, progress=True,
+            keep_positions=keep, batch_size=opts.batch_size, device=device, progress=True,
             replace_id=None if opts.removal == "delete" else getattr(encoder, f"{opts.removal}_id"),
         )  # fmt: skip
         outputs = {paths.faithfulness(task): result.scores, paths.perturbation_curves(task): result.curves}
@@ -37,7 +47,9 @@ def run(cfg: DictConfig, task: str) -> None:
         write_json(
             paths.faithfulness_metrics(task), faithfulness_tree(result.scores)
         )  # last layer, references
+        write_parquet(paths.method_cost(task), cost.assign(task=task))
         mlrun.log_metrics(result.metric_cells())
+        mlrun.log_metrics({f"cost/{c.method}/vs_gradient": c.vs_gradient for c in cost.itertuples()})
 
 
 if __name__ == "__main__":

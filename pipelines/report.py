@@ -15,9 +15,12 @@ def run(cfg: DictConfig) -> None:
     inputs += [paths.sweep] if paths.sweep.is_file() else []
     with _stage.stage_run(cfg, "report", inputs=inputs) as mlrun:
         report = build_report(tasks=list(cfg.tasks), paths=paths, config=_config.to_dict(cfg))
-        mlrun.log_metrics(report.cells)  # "<task>/corr/<importance>/<method>/L<k>", ...
+        mlrun.log_metrics(report.cells)  # "<task>/corr/<importance>/<method>/L<k>" (step = layer), ...
+        # the parent has the cells from the task stages; it gets the deltas to the paper and the report
+        mlrun.log_metrics({k: v for k, v in report.cells.items() if "/delta/" in k}, parent=True)
         for path in report.files:
-            mlrun.log_artifact(path, artifact_path="figures" if path in report.figures else None)
+            if path.suffix in (".md", ".html"):
+                mlrun.log_artifact(path, parent=True)
 
 
 if __name__ == "__main__":

@@ -4,10 +4,10 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["explain_image", "explain_text"]
+__all__ = ["explain_image", "explain_text", "explain_texts", "load_model"]
 
 # Imported on first use: `import attnflow` stays cheap (no torch / transformers).
-_LAZY = {"explain_text": "attnflow.hf", "explain_image": "attnflow.hf"}
+_LAZY = {name: "attnflow.hf" for name in __all__}
 
 
 def __getattr__(name: str) -> Any:

@@ -60,15 +60,16 @@ def parse_formats(text: str) -> list[str]:
 
 
 def parse_methods(text: str) -> list[str]:
-    """Comma-separated method names, checked against attnflow.explain.EXPLAINERS (no torch)."""
+    """Comma-separated method names, checked against attnflow.explain.EXPLAINERS and the model-level
+    methods (attnlrp) without importing torch."""
     from attnflow.explain import EXPLAINERS
+    from attnflow.method_inputs import MODEL_METHODS
 
+    choices = sorted([*EXPLAINERS, *MODEL_METHODS])
     methods = [m.strip() for m in text.split(",") if m.strip()]
-    bad = [m for m in methods if m not in EXPLAINERS]
+    bad = [m for m in methods if m not in choices]
     if bad or not methods:
-        raise CLIError(
-            f"unknown method {', '.join(bad) or repr(text)}; choose from {', '.join(sorted(EXPLAINERS))}"
-        )
+        raise CLIError(f"unknown method {', '.join(bad) or repr(text)}; choose from {', '.join(choices)}")
     return list(dict.fromkeys(methods))
 
 
@@ -268,10 +269,14 @@ def _add_explain(sub: Any) -> None:
     p.add_argument("--file", help="explain every non-empty line of this file ('-' = stdin)")
     p.add_argument("--encoding", default="utf-8", help="text encoding of --file")
     p.add_argument(
-        "--method", default=DEFAULT_METHODS, help="comma-separated methods (see attnflow.explain.EXPLAINERS)"
+        "--method",
+        default=DEFAULT_METHODS,
+        help="comma-separated methods: raw, rollout, flow, chefer, chefer_lrp, attnlrp, ...",
     )
     p.add_argument(
-        "--layer", type=int, default=-1, help="layer shown in the table (negative counts from the top)"
+        "--layer",
+        default="-1",
+        help="layer shown in the table: 1 = the first (as L1 in every table and figure); -1 = the last",
     )
     p.add_argument(
         "--rows", default="auto", help=f"query row explained: {', '.join(ROW_CHOICES)} or a token index"
@@ -309,24 +314,10 @@ def _png_name(i: int, n: int) -> str:
     return "explain.png" if n == 1 else f"explain_{i + 1:0{len(str(n))}d}.png"
 
 
-def _layer_labels(n: int) -> list[str]:
-    return [f"L{i + 1}" for i in range(n)]
-
-
-def _row_text(e: Any) -> str:
-    if isinstance(e.row, str):
-        return f"{e.row} over rows"
-    label = e.meta.get("row_label")
-    return f"row {e.row} ({label})" if label else f"row {e.row}"
-
-
-def _short(text: str | None, limit: int = 80) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _summary(e: Any) -> str:
-    parts = [f"layer {e.layer + 1}/{e.num_layers}", _row_text(e)]
+    from attnflow.display import row_text
+
+    parts = [f"layer {e.layer + 1}/{e.num_layers}", row_text(e)]
     if e.label is not None:
         parts.append(f"prediction: {e.label!r}" if isinstance(e.label, str) else f"prediction: {e.label}")
     return " · ".join(parts)
@@ -335,6 +326,7 @@ def _summary(e: Any) -> str:
 def cmd_explain(args: argparse.Namespace) -> int:
     methods = parse_methods(args.method)
     rows = parse_rows(args.rows)
+    layer = parse_layer(args.layer)
     texts = read_inputs(args.text, args.file, encoding=check_encoding(args.encoding))
     formats = parse_formats(args.format or (DEFAULT_FORMATS if len(texts) <= PNG_INPUTS else MANY_FORMATS))
     if args.batch_size < 1:
@@ -345,8 +337,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
         check_out(args.out)
 
     _quiet_transformers()
+    from attnflow.display import explanation_figure, explanation_item
     from attnflow.hf import AttentionUnavailableError, NoOutputHeadError, explain_texts, save_explanations
-    from attnflow.viz import token_table, write_html, write_png
+    from attnflow.viz import save_png, token_table, write_html
 
     device = resolve_device(args.device)
     model, tokenizer = load(args.model, device)
@@ -354,7 +347,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         raise CLIError(f"--model {args.model}: it takes images, not text (use attnflow.explain_image)")
     try:
         explanations = explain_texts(
-            model, tokenizer, texts, methods=methods, layer=args.layer, rows=rows, residual=args.residual,
+            model, tokenizer, texts, methods=methods, layer=-1, rows=rows, residual=args.residual,
             merge=args.merge_words, truncate=args.truncate, batch_size=args.batch_size,
             progress=len(texts) > 1 and not args.quiet,
         )  # fmt: skip
@@ -370,6 +363,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     ) as exc:  # bad input found by the library (too long, bad layer, ...); --debug shows where
         raise CLIError(str(exc)) from exc
 
+    for e in explanations:  # the layer shown, 1-based on the command line
+        e.layer = int(layer_index(layer, e.num_layers))
     show_table = args.table if args.table is not None else len(texts) <= TABLE_INPUTS
     if show_table and not args.quiet:
         for i, e in enumerate(explanations):
@@ -389,33 +384,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
         name = Path(args.model).name or args.model
         if "png" in formats:
             for i, e in enumerate(explanations):
-                written.append(
-                    write_png(
-                        out / _png_name(i, len(explanations)),
-                        {m: e.maps[m] for m in methods},
-                        columns=e.tokens,
-                        rows=_layer_labels(e.num_layers),
-                        scale=args.scale,
-                        muted_columns=e.meta.get("special", ()),
-                        title=f"“{_short(e.text)}”\n{name} · {_row_text(e)}"
-                        + (f" · prediction {e.label}" if e.label is not None else ""),
-                    )
-                )
+                fig = explanation_figure(e, methods=methods, name=name, scale=args.scale)
+                written.append(save_png(out / _png_name(i, len(explanations)), fig))
         if "html" in formats:
-            items = [
-                {
-                    "title": e.text,
-                    "subtitle": f"{name} · {_row_text(e)}"
-                    + (f" · prediction: {e.label}" if e.label is not None else ""),
-                    "columns": e.tokens,
-                    "rows": _layer_labels(e.num_layers),
-                    "maps": {m: e.maps[m] for m in methods},
-                    "row": e.layer,
-                    "method": methods[-1],
-                    "muted": e.meta.get("special", []),
-                }
-                for e in explanations
-            ]
+            items = [explanation_item(e, methods=methods, name=name) for e in explanations]
             written.append(write_html(out / "explain.html", items, title=f"attnflow explain · {name}"))
         for fmt in ("json", "safetensors"):
             if fmt in formats:
@@ -432,7 +404,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
 # generate
 # --------------------------------------------------------------------------------------------------
 
-GENERATE_METHODS = ("raw", "rollout", "flow", "chefer")
+GENERATE_METHODS = (
+    "raw",
+    "rollout",
+    "flow",
+    "chefer",
+    "attnlrp",
+)  # = generate.explanation.GENERATION_METHODS
+GENERATED_ROWS_PER_PAGE = 40  # rows of one generation PNG page (keeps it under viz.MAX_PNG_PIXELS)
 SINK_CHOICES = ("auto", "none", "drop", "diagonal")
 RECEPTIVE_FIELD_CHOICES = ("none", "uniform", "column")
 
@@ -514,13 +493,32 @@ def _add_generate(sub: Any) -> None:
     p.set_defaults(func=cmd_generate)
 
 
-def _parse_layer(text: str) -> int | str:
-    if text == "mean":
+def parse_layer(text: str, *, mean: bool = False) -> int | str:
+    """--layer as given: "mean" (where allowed), 1..L (L1 = the first layer, as in every table and
+    figure) or -1..-L (from the top); 0 is refused. Checked against the model by `layer_index`."""
+    if mean and text == "mean":
         return text
     try:
-        return int(text)
+        layer = int(text)
     except ValueError:
-        raise CLIError(f"--layer {text!r}: 'mean' or a layer index") from None
+        choices = "'mean', " if mean else ""
+        raise CLIError(f"--layer {text!r}: {choices}a layer number (1 = the first, -1 = the last)") from None
+    if layer == 0:
+        raise CLIError(
+            "--layer 0: layers are numbered from 1 (L1 = the first, as in the tables); -1 = the last"
+        )
+    return layer
+
+
+def layer_index(layer: int | str, n_layers: int) -> int | str:
+    """The 0-based index of a parsed --layer on a model of `n_layers` layers ("mean" stays)."""
+    if layer == "mean":
+        return layer
+    if not (1 <= int(layer) <= n_layers or -n_layers <= int(layer) <= -1):
+        raise CLIError(
+            f"--layer {layer}: the model has {n_layers} layers (1..{n_layers}, or -1..-{n_layers})"
+        )
+    return int(layer) - 1 if int(layer) > 0 else int(layer) % n_layers
 
 
 def _parse_ks(text: str | None) -> list[int]:
@@ -571,7 +569,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             "nothing to complete: pass --prompt TEXT or --file FILE (one prompt per line)"
         ) from None
     formats = parse_formats(args.format)
-    layer = _parse_layer(args.layer)
+    layer = parse_layer(args.layer, mean=True)
     ks = _parse_ks(args.faithfulness)
     if args.max_new_tokens < 1:
         raise CLIError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
@@ -582,10 +580,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
         check_out(args.out)
 
     _quiet_transformers()
+    from attnflow.display import layer_labels
     from attnflow.generate import SMOLLM2, explain_generation, faithfulness, resolve_lm
     from attnflow.generate.explanation import save_generations
     from attnflow.hf import AttentionUnavailableError, check_vocabulary
-    from attnflow.viz import token_table, write_html, write_png
+    from attnflow.viz import page_slices, shorten, token_table, write_html, write_png
 
     device = resolve_device(args.device)
     name = args.model
@@ -627,8 +626,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         n = e.n_generated
         if not -n <= args.token < n:
             raise CLIError(f"--token {args.token}: the completion has {n} generated tokens (use 0..{n - 1})")
-        if layer != "mean" and not -e.num_layers <= int(layer) < e.num_layers:
-            raise CLIError(f"--layer {layer}: the model has {e.num_layers} layers")
+    if explanations:  # one model: one layer count
+        layer = layer_index(layer, explanations[0].num_layers)
 
     if not args.quiet:
         for i, (e, check) in enumerate(zip(explanations, checks, strict=True)):
@@ -668,20 +667,24 @@ def cmd_generate(args: argparse.Namespace) -> int:
             sub = f"{label} · {_layer_text(layer, e.num_layers)} · {opts}"
             columns = "prompt token" if e.options["over"] == "prompt" else "token"
             if "png" in formats:
-                written.append(
-                    write_png(
-                        out / f"{stem}.png", {m: e.matrix(m, layer) for m in methods}, columns=e.columns, rows=rows,
-                        row_name="generated token", column_name=columns,
-                        scale=args.scale, muted_columns=e.special_columns,
-                        title=f"“{_short(e.prompt)}” → “{_short(e.completion, 60)}”\n{sub}",
-                    )
-                )  # fmt: skip
+                pages = page_slices(len(rows), GENERATED_ROWS_PER_PAGE)
+                for k, page in enumerate(pages):
+                    part = f" · generated tokens {page.start}-{page.stop - 1}" if len(pages) > 1 else ""
+                    written.append(
+                        write_png(
+                            out / (f"{stem}.png" if len(pages) == 1 else f"{stem}_page{k + 1}.png"),
+                            {m: e.matrix(m, layer)[page] for m in methods}, columns=e.columns, rows=rows[page],
+                            row_name="generated token", column_name=columns,
+                            scale=args.scale, muted_columns=e.special_columns,
+                            title=f"“{shorten(e.prompt)}” → “{shorten(e.completion, 60)}”\n{sub}{part}",
+                        )
+                    )  # fmt: skip
                 written.append(
                     write_png(
                         out / f"{stem}_token{t}.png", {m: e.maps[m][t].T for m in methods}, columns=e.columns,
-                        rows=_layer_labels(e.num_layers), row_name="layer", column_name=columns, scale=args.scale,
+                        rows=layer_labels(e.num_layers), row_name="layer", column_name=columns, scale=args.scale,
                         muted_columns=e.special_columns,
-                        title=f"“{_short(e.prompt)}” → {e.generated_tokens[t]!r} (generated token {t})\n{label} · {opts}",
+                        title=f"“{shorten(e.prompt)}” → {e.generated_tokens[t]!r} (generated token {t})\n{label} · {opts}",
                     )
                 )  # fmt: skip
         if "html" in formats:
@@ -748,6 +751,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             raise
         print(f"attnflow {args.command}: error: {terminal_text(str(exc))}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        from attnflow._extras import extra_hint
+
+        hint = extra_hint(exc.name)
+        if debug or hint is None:
+            raise
+        print(f"attnflow {args.command}: error: {exc.name!r} is not installed: {hint}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

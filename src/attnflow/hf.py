@@ -31,7 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
+
+from attnflow._extras import require_modules, requires_extra
+
+with requires_extra("attnflow.hf (explaining Hugging Face models)"):
+    import torch
+
+    require_modules("attnflow.hf (explaining Hugging Face models)", "transformers")  # found, not imported
 
 from attnflow.models.unsafe import UnsafeCheckpointError, is_unsafe_pickle, unsafe_checkpoint_error
 
@@ -314,7 +320,9 @@ def _stack_attentions(out: Any, model: Any) -> tuple[torch.Tensor, ...]:
     return layers
 
 
-def forward_attentions(model: Any, batch: Any, *, target: Target = None) -> AttentionOutput:
+def forward_attentions(
+    model: Any, batch: Any, *, target: Target = None, positions: torch.Tensor | None = None
+) -> AttentionOutput:
     """One forward of a transformers model, returning logits, attentions and (optionally) their gradients.
 
     attentions[b, l, h, i, j] = softmax(q_i k_j^T / sqrt(d) + mask)_j of head h in layer l, taken
@@ -327,8 +335,9 @@ def forward_attentions(model: Any, batch: Any, *, target: Target = None) -> Atte
     target:
       - "predicted": the arg-max class; an int: that class for every sample; a sequence of ints:
         one class per sample;
-      - for language models (logits (B, T, V)) these are token ids scored at the last real
-        position of each sample (the next-token prediction);
+      - for language models (logits (B, T, V)) these are token ids scored at `positions` (B,),
+        by default the last real position of each sample (a causal LM's next-token prediction;
+        a masked LM explains its mask position);
       - a callable: logits (or, for models without logits, the model output) -> (B,) scores,
         e.g. ``lambda z: z[:, 3, 42]`` for the logit of token 42 at position 3.
 
@@ -356,6 +365,11 @@ def forward_attentions(model: Any, batch: Any, *, target: Target = None) -> Atte
             f"{type(model).__name__}'s weights are on the 'meta' device (shapes without values, e.g. built "
             "under init_empty_weights or loaded with device_map='meta'); load the real weights first"
         )
+    if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+        raise AttentionUnavailableError(
+            f"{type(model).__name__} is an encoder-decoder model: attnflow explains encoder-only and "
+            "decoder-only models (an encoder-decoder's map would need a decoder prefix and cross-attention)"
+        )
     inputs = _model_inputs(batch, device)
     mask = inputs.get("attention_mask")
     want_grad = target is not None
@@ -377,7 +391,12 @@ def forward_attentions(model: Any, batch: Any, *, target: Target = None) -> Atte
     bsz, _, tokens, _ = layers[0].shape
     valid = None if mask is None else mask.to(device=layers[0].device).bool()  # (B, T)
     logits = getattr(out, "logits", None)
-    positions = _last_positions(valid, bsz, tokens, layers[0].device)
+    if positions is None:
+        positions = _last_positions(valid, bsz, tokens, layers[0].device)
+    else:
+        positions = torch.as_tensor(positions, dtype=torch.long, device=layers[0].device)
+        if positions.shape != (bsz,) or ((positions < 0) | (positions >= tokens)).any():
+            raise ValueError(f"positions must be {bsz} indices in [0, {tokens}), got {positions.tolist()}")
     result = AttentionOutput(
         logits=None if logits is None else logits.detach(),
         attentions=_zero_padding(torch.stack([a.detach() for a in layers], dim=1), valid),  # (B, L, H, T, T)
@@ -554,6 +573,38 @@ class Explanation:
         if method not in self.maps:
             raise ValueError(f"no method {method!r} in this explanation; it has {sorted(self.maps)}")
         return self.maps[method][self.layer if layer is None else layer]
+
+    def to_pandas(self) -> Any:
+        """A tidy DataFrame: one row per (method, layer, token); layer 1-based, as in the report."""
+        from attnflow.display import explanation_frame
+
+        return explanation_frame(self)
+
+    def plot(self, methods: Sequence[str] | None = None, *, scale: str = "panel") -> Any:
+        """A matplotlib Figure: one [layer x token] heatmap per method, as the CLI's PNG."""
+        from attnflow.display import explanation_figure
+
+        return explanation_figure(self, methods=methods, scale=scale)
+
+    def show(self, methods: Sequence[str] | None = None, *, scale: str = "panel") -> Any:
+        """Display `plot()` inline in a notebook (IPython), and return the figure."""
+        fig = self.plot(methods, scale=scale)
+        try:
+            from IPython.display import Image, display
+        except ImportError:  # not in IPython: the caller gets the figure to save
+            return fig
+        import io
+
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100)  # a PNG: shown whatever matplotlib backend is active
+        display(Image(data=buf.getvalue()))
+        return fig
+
+    def _repr_html_(self) -> str:
+        """The CLI's interactive HTML view (method, layer, tokens shaded), in a notebook cell."""
+        from attnflow.display import explanation_html
+
+        return explanation_html(self)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (maps as nested lists; logits only up to MAX_LOGITS_IN_DICT entries)."""
@@ -766,6 +817,31 @@ INPUT_PROVIDERS: dict[str, Callable[[InputContext], torch.Tensor]] = {
     "attn_grad": _attn_grad,  # d score / d attention of the target (default: the predicted class)
     "attn_relevance": _attn_relevance,  # LRP's R(A), for "chefer_lrp" (BERT / DistilBERT classifiers)
 }
+
+
+def _attnlrp(ctx: InputContext, valid: np.ndarray, positions: torch.Tensor | None) -> list[np.ndarray]:
+    """AttnLRP maps (L, T_b) per sample (attnflow.attnlrp.maps), for the target's class / token."""
+    from attnflow.attnlrp.maps import attnlrp_maps
+
+    ids = ctx.inputs.get("input_ids") if isinstance(ctx.inputs, Mapping) else None
+    if not isinstance(ids, torch.Tensor):
+        raise ValueError("attnlrp explains token inputs (input_ids); images are not supported")
+    targets = ctx.out.target  # the class / token the gradient pass explained
+    if targets is None:
+        raise ValueError(
+            "attnlrp explains a class or token id: pass target as 'predicted' or ids, not a callable"
+        )
+    with eager_attention(ctx.model):
+        return attnlrp_maps(
+            ctx.model, ids, valid, targets=[int(t) for t in targets],
+            positions=None if ctx.out.positions is None else ctx.out.positions.tolist(),
+            token_type_ids=ctx.inputs.get("token_type_ids"),
+        )  # fmt: skip
+
+
+# Methods computed from the model (one extra pass each), not from the attentions: name -> maker of
+# per-sample (L, T_b) maps.
+MODEL_METHODS: dict[str, Callable[..., list[np.ndarray]]] = {"attnlrp": _attnlrp}
 # Inputs every explainer takes (not "extra").
 _STANDARD_PARAMS = frozenset({"attn", "residual", "heads", "rows", "lengths", "mask"})
 
@@ -775,13 +851,17 @@ def _method_specs(methods: str | Sequence[str]) -> list[tuple[str, Callable[...,
     from attnflow import explain
 
     names = [methods] if isinstance(methods, str) else list(methods)
+    choices = sorted([*explain.EXPLAINERS, *MODEL_METHODS])
     if not names:
-        raise ValueError(f"methods is empty; choose from {sorted(explain.EXPLAINERS)}")
+        raise ValueError(f"methods is empty; choose from {choices}")
     declared = getattr(explain, "EXPLAINER_INPUTS", {}) or {}
     specs = []
     for name in dict.fromkeys(names):
+        if name in MODEL_METHODS:  # computed from the model itself, not from its attentions
+            specs.append((name, MODEL_METHODS[name], ()))
+            continue
         if name not in explain.EXPLAINERS:
-            raise ValueError(f"unknown method {name!r}; choose from {', '.join(sorted(explain.EXPLAINERS))}")
+            raise ValueError(f"unknown method {name!r}; choose from {', '.join(choices)}")
         fn = explain.EXPLAINERS[name]
         needs = set(declared.get(name, ()))
         try:
@@ -823,12 +903,82 @@ def _check_layer(layer: int, layers: int) -> int:
 
 
 def _is_causal(model: Any) -> bool:
-    """Decoder-only language models explain their last token (a causal row 0 sees only itself)."""
+    """Whether the model's attention is causal, so that "auto" reads the last real token.
+
+    Decoder-only language models predict after their last token, and decoder-only sequence
+    classifiers (GPT-2, Llama, Qwen ``ForSequenceClassification``) pool the last non-padding token:
+    a causal row 0 sees only itself. Causal: ``config.is_decoder``, a model that can generate, or a
+    model type that transformers knows only as a causal LM (never as a masked LM: BERT-type models
+    with ``is_decoder=False`` stay bidirectional).
+    """
     config = getattr(model, "config", None)
     if getattr(config, "is_decoder", False):
         return True
     can_generate = getattr(model, "can_generate", None)
-    return bool(can_generate()) if callable(can_generate) else False
+    if callable(can_generate) and can_generate():
+        return True
+    model_type = getattr(config, "model_type", None)
+    if not model_type:
+        return False
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    return (
+        model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+        and model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    )
+
+
+def _pools_without_pad_id(model: Any) -> bool:
+    """A decoder-only sequence classifier whose config has no pad_token_id: its head cannot find
+    the last real token of a padded batch (transformers refuses batches of more than one)."""
+    config = getattr(model, "config", None)
+    return (
+        type(model).__name__.endswith("ForSequenceClassification")
+        and getattr(config, "pad_token_id", None) is None
+        and _is_causal(model)
+    )
+
+
+def _is_masked_lm(model: Any) -> bool:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    return type(model).__name__ in set(MODEL_FOR_MASKED_LM_MAPPING_NAMES.values())
+
+
+def _scored_positions(
+    model: Any, inputs: Mapping[str, Any], rows: str | int, mask_token_id: int | None
+) -> torch.Tensor | None:
+    """(B,) absolute positions whose language-model logits are explained, or None (the default:
+    the last real token). An explicit row index is scored where it stands; a masked LM with
+    rows="auto" explains the first `mask_token_id` of each sample."""
+    ids = inputs.get("input_ids") if isinstance(inputs, Mapping) else None
+    if not isinstance(ids, torch.Tensor) or ids.ndim != 2:
+        return None
+    mask = inputs.get("attention_mask")
+    valid = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()
+    idx = [torch.nonzero(v).flatten() for v in valid.cpu()]
+    if rows == "auto" and _is_masked_lm(model):
+        if mask_token_id is None:
+            raise ValueError(
+                f"{type(model).__name__} is a masked language model: pass rows=<position> (the token to "
+                "explain), or a tokenizer with a mask token so rows='auto' finds it"
+            )
+        found = []
+        for b, i in enumerate(idx):
+            hits = torch.nonzero(ids[b].cpu()[i] == mask_token_id).flatten()
+            if len(hits) == 0:
+                raise ValueError(
+                    f"{type(model).__name__} is a masked language model and text {b} has no mask token "
+                    f"(id {mask_token_id}): put one where the model should predict, or pass rows=<position>"
+                )
+            found.append(int(i[hits[0]]))
+        return torch.tensor(found)
+    if isinstance(rows, bool) or not isinstance(rows, int | np.integer):
+        return None
+    return torch.tensor([int(i[_row_position(rows, len(i), False)]) for i in idx])
 
 
 def _explain_batch(
@@ -842,10 +992,14 @@ def _explain_batch(
     heads: str | int,
     target: Target,
     extra_inputs: Mapping[str, Any] | None,
+    mask_token_id: int | None = None,
 ) -> tuple[AttentionOutput, list[dict[str, Any]]]:
     """Run the model once on a batch, then every method: one call for the whole batch when every
     sample explains the same row (padding passed as `mask`), else one call per sample on its real
-    tokens. Returns the forward and, per sample, maps (L, T_b), row, layer, logits."""
+    tokens. Returns the forward and, per sample, maps (L, T_b), row, layer, logits.
+
+    A language model's logits (and gradients) are read at the explained row when it is a position,
+    else at the last real token; a masked LM's "auto" row is the first `mask_token_id`."""
     from attnflow.explain import select_rows
 
     specs = _method_specs(methods)
@@ -859,8 +1013,9 @@ def _explain_batch(
             "or register a maker in attnflow.hf.INPUT_PROVIDERS"
         )
     # gradients of the target when a method needs them (LRP explains the same target class)
-    want_grad = bool(needs - set(extra_inputs))
-    out = forward_attentions(model, inputs, target=target if want_grad else None)
+    want_grad = bool(needs - set(extra_inputs)) or any(name in MODEL_METHODS for name, _, _ in specs)
+    positions = _scored_positions(model, inputs, rows, mask_token_id)
+    out = forward_attentions(model, inputs, target=target if want_grad else None, positions=positions)
     ctx = InputContext(model=model, inputs=inputs, out=out, target=target)
     made = {n: INPUT_PROVIDERS[n](ctx) for n in sorted(needs) if n not in extra_inputs}
     bsz, num_layers, _, tokens, _ = out.attentions.shape
@@ -869,13 +1024,20 @@ def _explain_batch(
     valid = out.attention_mask
     valid = np.ones((bsz, tokens), dtype=bool) if valid is None else valid.cpu().numpy()  # (B, T)
     idx = [np.flatnonzero(v) for v in valid]  # real positions of each sample
-    row_of = [_row_position(rows, len(i), causal) for i in idx]
+    if positions is not None and rows == "auto":  # a masked LM: its mask position
+        row_of = [int(np.searchsorted(i, int(p))) for i, p in zip(idx, positions, strict=True)]
+    else:
+        row_of = [_row_position(rows, len(i), causal) for i in idx]
     attn_all = _float64_attentions(out.attentions, valid)  # (B, L, H, T, T)
     made = {
         k: torch.as_tensor(v).detach().to(device="cpu", dtype=torch.float64).numpy() for k, v in made.items()
     }
     maps: list[dict[str, np.ndarray]] = [{} for _ in range(bsz)]
     for name, fn, ns in specs:
+        if name in MODEL_METHODS:
+            for b, m in enumerate(fn(ctx, valid, out.positions)):
+                maps[b][name] = m  # (L, T_b)
+            continue
         row = row_of[0]
         shared = all(r == row for r in row_of) and not set(ns) & set(extra_inputs)
         if shared and (isinstance(row, str) or valid[:, row].all()):
@@ -1057,7 +1219,7 @@ def explain_texts(
     device = _model_device(model)
     limit = max_input_tokens(model, tokenizer)
     _method_specs(methods)  # fail on a bad method before any work
-    if getattr(tokenizer, "pad_token", None) is None:
+    if getattr(tokenizer, "pad_token", None) is None or _pools_without_pad_id(model):
         batch_size = 1  # no padding token (GPT-2): one text per forward
     # lengths first, to batch texts of similar length (less padding) and catch long ones early
     all_ids = tokenizer(texts, truncation=False)["input_ids"] if texts else []
@@ -1079,7 +1241,7 @@ def explain_texts(
             enc = _tokenize(tokenizer, [texts[i] for i in idx], limit=limit, truncate=truncate, device=device)
             _, per_sample = _explain_batch(
                 model, enc, methods=methods, layer=layer, rows=rows, residual=residual, heads=heads,
-                target=target, extra_inputs=extra_inputs,
+                target=target, extra_inputs=extra_inputs, mask_token_id=getattr(tokenizer, "mask_token_id", None),
             )  # fmt: skip
             for r, i in enumerate(idx):
                 res = per_sample[r]
@@ -1130,8 +1292,9 @@ def explain_text(
     maps[method][l, j] = the method's attribution of token j to the explained query row at layer l
     (the explainer applied to the eager attentions [layer, head, query, key] of the real tokens,
     with A = (1 - residual) W + residual I; see attnflow.explain.EXPLAINERS).
-    rows: "auto" ("cls" = row 0 for encoders, "last" = the last token for decoder-only language
-    models, whose row 0 sees only itself), "cls", "last", a token index, or "max" / "mean" over
+    rows: "auto" ("cls" = row 0 for encoders, "last" = the last real token for decoder-only
+    language models and decoder-only sequence classifiers, which pool it; left or right padding),
+    "cls", "last", a token index, or "max" / "mean" over
     rows. layer: the layer `Explanation.scores()` shows (maps hold all layers). merge: one entry
     per word (sub-word scores summed). Methods needing attention gradients ("attn_grad", e.g.
     Chefer et al.) get d score / d attention of `target` (default: the predicted class / next
@@ -1224,6 +1387,7 @@ def explain_image(
 _HEADS = (
     (("ForSequenceClassification",), "AutoModelForSequenceClassification"),
     (("ForCausalLM", "LMHeadModel"), "AutoModelForCausalLM"),
+    (("ForMaskedLM",), "AutoModelForMaskedLM"),
     (("ForImageClassification",), "AutoModelForImageClassification"),
 )
 

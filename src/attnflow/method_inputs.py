@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["EXPLAINER_INPUTS", "METHOD_ROWS", "method_rows", "needed_inputs"]
+__all__ = ["EXPLAINER_INPUTS", "METHOD_ROWS", "MODEL_METHODS", "method_rows", "needed_inputs"]
 
 # method -> the per-sample arrays it needs besides the attentions (shaped like them)
 EXPLAINER_INPUTS: dict[str, tuple[str, ...]] = {
@@ -19,6 +19,10 @@ EXPLAINER_INPUTS: dict[str, tuple[str, ...]] = {
     "chefer": ("attn_grad",),  # d logit[target] / d attention
     "chefer_lrp": ("attn_grad", "attn_relevance"),  # and LRP's relevance of each attention map
 }
+
+# methods computed from the model itself (their own forward and backward pass), not from its
+# attentions: the library and the CLI offer them beside EXPLAINERS (attnflow.hf.MODEL_METHODS)
+MODEL_METHODS: tuple[str, ...] = ("attnlrp",)
 
 # method -> which row of its maps explains the input: "task" (task.<name>.rows, the study's choice
 # for the class-agnostic maps: CLS on agreement, the authors' max on SST-2) or "classification"

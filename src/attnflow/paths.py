@@ -137,6 +137,10 @@ class StudyPaths:
         """Kendall tau and top-k overlap between every pair of methods, per layer."""
         return self.task_reports(task) / "method_agreement.parquet"
 
+    def method_cost(self, task: str) -> Path:
+        """Seconds per sentence of every method of the faithfulness table, and vs one gradient."""
+        return self.task_reports(task) / "method_cost.parquet"
+
     def faithfulness_metrics(self, task: str) -> Path:
         return self.task_reports(task) / "faithfulness.json"
 
@@ -159,6 +163,10 @@ class StudyPaths:
         """A sweep's finished jobs' correlation tables, stacked (``pipelines.study``); ``name`` is
         the sweep's aggregate folder: ``sweep`` (seeds) or ``recipes`` (recipe choices)."""
         return inside(self.reports, name, key=_AGGREGATE_KEY) / "correlations.csv"
+
+    def sweep_faithfulness(self, name: str = "sweep") -> Path:
+        """A sweep's finished jobs' faithfulness tables, stacked, with their ``seed`` and ``job``."""
+        return inside(self.reports, name, key=_AGGREGATE_KEY) / "faithfulness.csv"
 
     def sweep_jobs_file(self, name: str = "sweep") -> Path:
         """Every job of a sweep: seed, overrides, status, error, each task's accuracy."""

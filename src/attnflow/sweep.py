@@ -4,7 +4,8 @@ A sweep (``python -m pipelines.study -m seed=0,1,2``) runs each job in its own f
 ``<sweep>/<job number>/`` with its ``params.yaml`` and the same layout as ``dvc repro``. A job is
 *finished* when every task's correlation table exists; a failed job left ``error.txt``. The stacked
 table (one row per job and cell, columns of the correlation table plus ``seed`` and ``job``) goes to
-``reports/sweep/correlations.csv``; the report groups it by cell.
+``reports/sweep/correlations.csv``, the jobs' faithfulness tables to ``reports/sweep/faithfulness.csv``;
+the report groups them by cell.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def stack_jobs(
         (p for p in Path(sweep_dir).iterdir() if (p / "params.yaml").is_file() or (p / error_file).is_file()),
         key=lambda p: (len(p.name), p.name),
     )
-    records, tables = [], []
+    records, tables, faithfulness = [], [], []
     for job in jobs:
         params_file = job / "params.yaml"
         params = yaml.safe_load(params_file.read_text(encoding="utf-8")) if params_file.is_file() else {}
@@ -91,6 +92,11 @@ def stack_jobs(
                 )
                 for t in tasks
             ]
+            faithfulness += [
+                read_parquet(job_paths.faithfulness(t)).assign(seed=record["seed"], job=job.name, task=t)
+                for t in tasks
+                if job_paths.faithfulness(t).is_file()
+            ]
         records.append(record)
     payload = {
         "jobs": records,
@@ -99,5 +105,7 @@ def stack_jobs(
     }
     stacked = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
     write_text(table_file, stacked.to_csv(index=False))
+    faith = pd.concat(faithfulness, ignore_index=True) if faithfulness else pd.DataFrame()
+    write_text(out.sweep_faithfulness(name), faith.to_csv(index=False))
     write_json(jobs_file, payload)
     return payload

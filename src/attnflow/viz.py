@@ -36,8 +36,11 @@ from attnflow.io import write_bytes
 __all__ = [
     "heatmap_figure",
     "html_page",
+    "page_slices",
+    "save_png",
     "score_bar",
     "script_json",
+    "shorten",
     "token_table",
     "write_html",
     "write_png",
@@ -52,6 +55,8 @@ _RGB = (214, 39, 40)
 PNG_CMAP = "Reds"
 # Cells of muted columns (special tokens) in the PNG, RGBA.
 MUTED_RGBA = (0.88, 0.88, 0.88, 1.0)
+# No PNG is larger than this on a side (pixels); long inputs are split into pages (`pages`).
+MAX_PNG_PIXELS = 4000
 # Write values into the PNG cells up to this many columns.
 ANNOTATE_MAX_COLUMNS = 40
 
@@ -81,6 +86,12 @@ def _display_width(text: str) -> int:
 def _printable(token: str, limit: int = 24) -> str:
     """A token safe for one terminal cell: control characters shown, long tokens cut."""
     text = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in token) or "␣"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def shorten(text: str | None, limit: int = 80) -> str:
+    """`text` on one line, cut to `limit` characters with an ellipsis."""
+    text = " ".join((text or "").split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -240,14 +251,32 @@ def _cmap() -> Any:
     return colormaps[PNG_CMAP]
 
 
-def write_png(path: str | Path, matrices: Mapping[str, Any], *, dpi: int = 150, **kwargs: Any) -> Path:
-    """Draw `heatmap_figure(matrices, **kwargs)` and write it to `path` as PNG (atomically)."""
+def page_slices(n: int, per_page: int) -> list[slice]:
+    """`n` rows in pages of at most `per_page` (at least one page).
+
+    >>> page_slices(5, 2)
+    [slice(0, 2, None), slice(2, 4, None), slice(4, 5, None)]
+    """
+    if per_page < 1:
+        raise ValueError(f"per_page must be >= 1, got {per_page}")
+    return [slice(k, min(k + per_page, n)) for k in range(0, max(n, 1), per_page)]
+
+
+def save_png(path: str | Path, fig: Any, *, dpi: int = 150) -> Path:
+    """Write a matplotlib Figure to `path` as PNG (atomically), at most MAX_PNG_PIXELS on a side:
+    a taller or wider figure is drawn at a lower resolution."""
     import io
 
-    fig = heatmap_figure(matrices, **kwargs)
+    width, height = fig.get_size_inches()
+    dpi = min(float(dpi), MAX_PNG_PIXELS / max(width, height))
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     return write_bytes(path, buf.getvalue())
+
+
+def write_png(path: str | Path, matrices: Mapping[str, Any], *, dpi: int = 150, **kwargs: Any) -> Path:
+    """Draw `heatmap_figure(matrices, **kwargs)` and write it to `path` as PNG (atomically)."""
+    return save_png(path, heatmap_figure(matrices, **kwargs), dpi=dpi)
 
 
 # --------------------------------------------------------------------------------------------------

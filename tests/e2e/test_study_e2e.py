@@ -171,7 +171,16 @@ def test_every_stage_runs_and_writes_its_outputs(tiny_study):
             main.query("importance == 'blank_out' and method == 'flow' and layer == 1")["mean"].item()
         )
         faith = pd.read_parquet(paths.faithfulness(task))
-        methods = {"raw", "rollout", "flow", "chefer", "chefer_lrp", "blank_out", "input_gradients", "random"}
+        methods = {"raw", "rollout", "flow", "chefer", "chefer_lrp", "blank_out", "input_gradients", "random",
+                   "input_x_gradient", "integrated_gradients"} | ({"attnlrp"} if task == "sst2" else set())  # fmt: skip
+        cost = pd.read_parquet(paths.method_cost(task)).set_index("method")
+        assert (
+            set(cost.index) == methods - {"random"} | {"attnlrp"}
+            and cost.loc["input_x_gradient", "vs_gradient"] == 1
+        )
+        assert (cost.loc["attnlrp", "skipped"] == "") == (
+            task == "sst2"
+        )  # no AttnLRP rules for the agreement encoder
         assert set(faith["method"]) == methods and set(faith["metric"]) >= {
             "comprehensiveness",
             "sufficiency",
@@ -219,7 +228,7 @@ def test_every_stage_runs_and_writes_its_outputs(tiny_study):
     ):
         assert {(stage, "agreement"), (stage, "sst2")} <= stages
     assert (runs["status"] == "FINISHED").all()
-    assert "metrics.corr/blank_out/flow/L1" in runs.columns
+    assert "metrics.corr/blank_out/flow" in runs.columns  # one metric per (reference, method), step = layer
 
 
 @pytest.mark.slow

@@ -48,7 +48,7 @@ def test_explain_on_the_packaged_minilm_prints_the_table_and_writes_every_format
     out = tmp_path / "out"
     proc = _run(
         "explain", "--model", "minilm", "--text", "A gripping, funny film.", "--file", str(inputs),
-        "--method", "rollout,flow", "--layer", "-1", "--device", "cpu", "--out", str(out),
+        "--method", "rollout,flow", "--layer", "6", "--device", "cpu", "--out", str(out),
         "--format", "png,html,json,safetensors",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -91,6 +91,8 @@ def test_explain_on_the_packaged_minilm_prints_the_table_and_writes_every_format
         (["--model", "minilm", "--text", "hi", "--method", "flwo"], "unknown method flwo; choose from "),
         (["--model", "minilm", "--text", "hi", "--format", "gif"], "--format 'gif': choose"),
         (["--model", "minilm"], "nothing to explain"),
+        (["--model", "minilm", "--text", "hi", "--layer", "0"], "--layer 0: layers are numbered from 1"),
+        (["--model", "minilm", "--text", "hi", "--layer", "7"], "--layer 7: the model has 6 layers (1..6"),
     ],
 )
 def test_bad_inputs_end_with_one_clear_line_and_exit_2(args, message):

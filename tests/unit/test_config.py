@@ -92,7 +92,10 @@ def test_the_method_list_is_the_explainer_registry():
         ("correlate.ci=1.0", "correlate.ci=1.0"),
         ("correlate.ci=0", "correlate.ci=0"),
         ("capture.max_length=1", "capture.max_length=1"),
-        ("task.agreement.data.split.train=0.9", "task.agreement.data.split="),
+        (  # the split no longer sums to 1: the rule names the whole split and says why
+            "task.agreement.data.split.train=0.9",
+            "task.agreement.data.split={'train': 0.9, 'val': 0.1, 'test': 0.1}: fractions must be >= 0 and sum to 1",
+        ),
         ("task.agreement.model.n_head=3", "task.agreement.model.n_head=3: must divide model.n_embd=128"),
         ("task.agreement.model.dropout=1.0", "task.agreement.model.dropout=1.0"),
     ],

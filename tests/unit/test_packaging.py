@@ -89,3 +89,30 @@ def test_docs_site_builds_strict(tmp_path):
     assert run.returncode == 0, run.stderr[-4000:]
     assert (site / "index.html").is_file()
     assert (site / "api" / "explain" / "index.html").is_file()
+
+
+def test_a_missing_extra_is_one_line_naming_the_extra_to_install(monkeypatch, capsys):
+    import subprocess
+    import sys
+
+    # a fresh interpreter in which transformers cannot be found: the library and the CLI say which extra
+    code = (
+        "import sys; sys.modules['transformers'] = None\n"
+        "import importlib.util as u; real = u.find_spec\n"
+        "u.find_spec = lambda name, *a: None if name == 'transformers' else real(name, *a)\n"
+        "from attnflow.cli import main\n"
+        "try:\n"
+        "    import attnflow.hf\n"
+        "except ModuleNotFoundError as exc:\n"
+        "    print('LIB', exc)\n"
+        "sys.exit(main(['explain', '--model', 'minilm', '--text', 'a']))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (
+        "LIB attnflow.hf (explaining Hugging Face models) needs 'transformers', which is not installed: "
+        "pip install 'attnflow[hf]'" in run.stdout
+    )
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines()[-1] == (
+        "attnflow explain: error: 'transformers' is not installed: pip install 'attnflow[hf]'"
+    )

@@ -31,3 +31,26 @@ def test_readme_library_snippet_prints_what_it_shows(capsys):
         elif "print(maps.shape)" in line:
             shown.append(line.split("#")[1].strip())
     assert printed == shown
+
+
+def test_the_library_comes_right_after_the_two_commands_and_its_example_runs_offline():
+    """Within the first 40 lines: one install line, the 5-line example (run here on the packaged
+    MiniLM), one CLI line and the picture it makes; no link into ../shared."""
+    import numpy as np
+    from PIL import Image
+
+    text = (ROOT / "README.md").read_text()
+    head = "\n".join(text.splitlines()[:40])
+    (example,) = re.findall(r"```py\n(.*?)\n```", head, flags=re.S)
+    assert len(example.splitlines()) == 5
+    assert 'pip install "attnflow[hf,minilm]"' in head and "\nprints a token table" in head
+    (cli,) = re.findall(r"`(attnflow explain [^`]*)`", head)
+    (picture,) = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", head)
+    assert max(Image.open(ROOT / picture).size) <= 4000
+    assert "--out" in cli and "](../shared" not in text
+    scope: dict = {}
+    exec(compile(example, "README.md", "exec"), scope)
+    e, df = scope["e"], scope["df"]
+    assert e.tokens[0] == "[CLS]" and set(e.maps) == {"raw", "rollout", "flow"}
+    assert len(df) == 3 * e.num_layers * len(e.tokens)
+    np.testing.assert_allclose(e.maps["flow"].sum(-1), 1.0, atol=1e-6)

@@ -42,6 +42,7 @@ __all__ = [
     "FaithfulnessResult",
     "faithfulness_samples",
     "faithfulness_study",
+    "faithfulness_subset",
     "study_rankings",
 ]
 
@@ -192,6 +193,14 @@ class FaithfulnessResult:
         }
 
 
+def faithfulness_subset(n_items: int, n_samples: int, seed: int) -> np.ndarray:
+    """Indices of the seeded subset of ``n_samples`` (of ``n_items``) that the perturbation tests use."""
+    from attnflow.data.subsets import seeded_split
+
+    chosen, _ = seeded_split(n_items, min(n_samples, n_items), np.random.default_rng(seed))
+    return np.asarray(chosen)
+
+
 def faithfulness_study(
     model: Any,
     input_ids: Sequence[Sequence[int]],
@@ -204,6 +213,7 @@ def faithfulness_study(
     seed: int = 0,
     top_k: int = 3,
     n_boot: int = 1000,
+    subset_scores: Mapping[str, Sequence[np.ndarray]] | None = None,
     **perturbation: Any,
 ) -> FaithfulnessResult:
     """The study's faithfulness analysis of one task.
@@ -211,18 +221,23 @@ def faithfulness_study(
     Agreement between methods on every sample; then, on a seeded subset of ``n_samples``, the
     perturbation tests of every method at the chosen layers (:func:`study_rankings`), of each
     importance score and of the seeded random floor, summarised per (method, layer, metric) with
-    bootstrap CIs. ``perturbation``: options of :func:`faithfulness_samples` (pad_id,
-    keep_positions, replace_id, batch_size, device, progress).
+    bootstrap CIs. ``subset_scores``: more token scores, computed only for the perturbed subset
+    (``faithfulness_subset``, in its order; e.g. the comparators of ``attribution.comparators``).
+    ``perturbation``: options of :func:`faithfulness_samples` (pad_id, keep_positions,
+    replace_id, batch_size, device, progress).
     """
-    from attnflow.data.subsets import seeded_split
     from attnflow.metrics.agreement import agreement_table
     from attnflow.metrics.tables import summary_frame
 
     agreement = agreement_table({**maps, **importance}, k=top_k, n_boot=n_boot, seed=seed)
-    chosen, _ = seeded_split(len(input_ids), min(n_samples, len(input_ids)), np.random.default_rng(seed))
+    chosen = faithfulness_subset(len(input_ids), n_samples, seed)
     rankings = {
         key: [v[i] for i in chosen] for key, v in study_rankings(maps, importance, layers=layers).items()
     }
+    for name, values in (subset_scores or {}).items():
+        if len(values) != len(chosen):
+            raise ValueError(f"subset_scores[{name!r}] has {len(values)} samples, the subset {len(chosen)}")
+        rankings[(name, None)] = list(values)
     ids = np.asarray(sample_ids)[chosen]
     per_sample, curves = faithfulness_samples(
         model, [input_ids[i] for i in chosen], rankings, sample_ids=ids, random_seed=seed, **perturbation

@@ -15,7 +15,14 @@ import torch
 
 from attnflow.batches import length_batches, pad_batch
 
-__all__ = ["BLANK_POSITIONS", "BLANK_SWITCHES", "attribute_samples", "blank_switches", "method_options"]
+__all__ = [
+    "BLANK_POSITIONS",
+    "BLANK_SWITCHES",
+    "attribute_samples",
+    "blank_switches",
+    "method_options",
+    "study_options",
+]
 
 #: ``attribution.blank_positions``: the positions never blanked, besides the end markers.
 BLANK_POSITIONS: dict[str, tuple[int, ...]] = {"all": (), "skip_cls": (0,)}
@@ -123,6 +130,16 @@ def method_options(
     if unknown := sorted(set(methods) - set(every)):
         raise ValueError(f"unknown importance score(s) {unknown}; known: {sorted(every)}")
     return {m: {**every[m], "batch_size": batch_size} for m in methods}
+
+
+def study_options(
+    attribution: Mapping[str, Any], task_settings: Mapping[str, Any], encoder: Any
+) -> dict[str, dict[str, Any]]:
+    """`method_options` of the study: the `attribution` config group (its `methods`, the blank-out
+    settings, batch_size) and the task's `gradient_target` / `gradient_class`."""
+    opts = {k: v for k, v in attribution.items() if k != "methods"}
+    grad = {k: task_settings[k] for k in ("gradient_target", "gradient_class")}
+    return method_options(list(attribution["methods"]), encoder, **grad, **opts)
 
 
 def blank_switches(settings: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

@@ -113,7 +113,7 @@ def _attention_scores(
     heads: str | int,
     target: Any,
 ) -> torch.Tensor:
-    from attnflow.hf import INPUT_PROVIDERS, InputContext, _row_position, forward_attentions
+    from attnflow.hf import INPUT_PROVIDERS, InputContext, _is_causal, _row_position, forward_attentions
 
     batch = {"input_ids": ids, "attention_mask": mask}
     if types is not None:
@@ -190,14 +190,6 @@ def _per_sample(target: Any, batch: int) -> list[int | None]:
     if len(targets) != batch:
         raise ValueError(f"expected {batch} targets (one per sample), got {len(targets)}")
     return list(targets)
-
-
-def _is_causal(model: Any) -> bool:
-    config = getattr(model, "config", None)
-    if getattr(config, "is_decoder", False):
-        return True
-    can_generate = getattr(model, "can_generate", None)
-    return bool(can_generate()) if callable(can_generate) else False
 
 
 def _float64(x: torch.Tensor, *, distributions: bool = False) -> np.ndarray:

@@ -56,10 +56,12 @@ from attnflow.explain import (
     sink_mode,
     uniform_baseline,
 )
+from attnflow.generate.gradient_maps import attnlrp_maps, chefer_maps
 
 __all__ = ["GenerationExplanation", "explain_generation", "explain_generation_grid", "generation_table"]
 
-GENERATION_METHODS = ("raw", "rollout", "flow", "chefer")
+GENERATION_METHODS = ("raw", "rollout", "flow", "chefer", "attnlrp")
+SIGNED_METHODS = ("attnlrp",)  # maps with negative evidence: normalised by the sum of |values|
 OVER = ("prompt", "all")
 # Generated tokens explained per forward/backward of the "chefer" target (a batch of copies).
 GRAD_BATCH_SIZE = 8
@@ -272,6 +274,7 @@ class _Run:
     logprobs: np.ndarray  # (n,)
     chefer: dict[str, np.ndarray]  # sink mode -> (n, L, T): R - I, row P + t - 1, target g_t
     generate_kwargs: dict[str, Any]
+    attnlrp: np.ndarray | None = None  # (n, L, T): AttnLRP of logit g_t at row P + t - 1
 
 
 def _check_options(methods: Sequence[str], over: str, residual: float, grad_batch_size: int) -> list[str]:
@@ -356,45 +359,6 @@ def _teacher_forced(
     attn = out.attentions[0].to(device="cpu", dtype=torch.float64).numpy()  # (L, H, T, T)
     logp = torch.log_softmax(out.logits[0, rows].double(), dim=-1)  # (n, V)
     return attn, logp.gather(1, targets[:, None])[:, 0].cpu().numpy()
-
-
-def _chefer_maps(
-    model: Any, run: _Run, modes: Sequence[str], sink_mask: np.ndarray, grad_batch_size: int
-) -> dict[str, np.ndarray]:
-    """{sink mode: (n, L, T)} Chefer's generic rule per generated token, R - I of row P + t - 1.
-
-    The target of token t is its logit at row P + t - 1. grad_batch_size tokens per forward and
-    backward: a batch of copies of the sequence, copy b scoring its own token, so the summed
-    scores give each copy its own gradient (samples do not interact). With a sink mode the rule
-    runs on the sink-handled attention (the gradient stays that of the model's attention):
-    R <- R + mean_h[(grad A * A')+] R, A' = remove_sinks(A).
-    """
-    import torch
-
-    from attnflow.hf import _model_device, forward_attentions
-
-    device = _model_device(model)
-    p, n = len(run.prompt_ids), len(run.generated_ids)
-    seq = torch.tensor([run.prompt_ids + run.generated_ids[:-1]], device=device)  # (1, T)
-    rows = torch.arange(p - 1, p - 1 + n, device=device)
-    targets = torch.tensor(run.generated_ids, device=device)
-    maps = {mode: np.zeros((n, run.attn.shape[0], run.attn.shape[-1])) for mode in modes}  # (n, L, T)
-    for start in range(0, n, grad_batch_size):
-        stop = min(start + grad_batch_size, n)
-        r, g = rows[start:stop], targets[start:stop]
-        c = stop - start
-        batch = {"input_ids": seq.expand(c, -1), "attention_mask": torch.ones(c, seq.shape[1], device=device)}
-        fo = forward_attentions(model, batch, target=lambda z, r=r, g=g, c=c: z[torch.arange(c), r, g])
-        a = fo.attentions.to(device="cpu", dtype=torch.float64).numpy()  # (c, L, H, T, T)
-        grad = fo.attention_grads.to(device="cpu", dtype=torch.float64).numpy()
-        for b in range(c):
-            row = int(r[b])
-            for mode in modes:
-                ab = a[b] if mode == "none" else remove_sinks(a[b], mode=mode, sinks=sink_mask)
-                rel = np.array(EXPLAINERS["chefer"](ab, attn_grad=grad[b], rows=[row])[:, 0, :])  # (L, T)
-                rel[:, row] -= 1.0  # R - I: the identity's self-relevance left out
-                maps[mode][start + b] = np.clip(rel, 0.0, None)
-    return maps
 
 
 def _labels(tokenizer: Any, ids: Sequence[int]) -> tuple[list[str], list[int]]:
@@ -494,13 +458,16 @@ def _explanation(
     for name in methods:
         if name == "chefer":
             full = run.chefer[mode]  # (n, L, T)
+        elif name == "attnlrp":
+            full = run.attnlrp  # (n, L, T), signed; the same under every sink / receptive-field option
         else:
             m = _method_rows(name, run.attn, rows, residual=residual, heads=heads, mode=mode,
                              sink_mask=sink_mask, receptive_field=receptive_field)  # fmt: skip
             full = np.transpose(np.asarray(m, dtype=np.float64), (1, 0, 2))  # (L, n, T) -> (n, L, T)
-        total = full.sum(axis=-1)  # (n, L)
+        size = np.abs(full) if name in SIGNED_METHODS else full  # shares of |relevance| for signed maps
+        total = size.sum(axis=-1)  # (n, L)
         shown = full[:, :, :ncols]  # (n, L, cols)
-        mass = shown.sum(axis=-1)  # (n, L)
+        mass = size[:, :, :ncols].sum(axis=-1)  # (n, L)
         coverage[name] = np.divide(mass, total, out=np.zeros_like(mass), where=total > 0)
         if normalize:
             shown = np.divide(shown, mass[..., None], out=np.zeros_like(shown), where=mass[..., None] > 0)
@@ -642,7 +609,9 @@ def explain_generation_grid(
     )
     if "chefer" in names:
         modes = list(dict.fromkeys(sink_mode(s) for s in sinks))
-        run.chefer = _chefer_maps(model, run, modes, mask, grad_batch_size)
+        run.chefer = chefer_maps(model, run, modes, mask, grad_batch_size)
+    if "attnlrp" in names:
+        run.attnlrp = attnlrp_maps(model, run)
     out = {}
     for s in sinks:
         for f in fields:

@@ -69,14 +69,14 @@ def _from_pretrained(loader: Callable[..., Any], name: str, **kwargs: Any) -> An
         if not _hub_reachable():
             raise OSError(
                 f"cannot load '{name}': not in the local Hugging Face cache and the hub is unreachable "
-                f"(offline). Use model.pretrained=minilm (packaged offline) or a local folder."
+                f"(offline). Use a local folder, or 'minilm' (the MiniLM that ships with attnflow)."
             ) from exc
     try:
         return loader(name, **kwargs)
     except OSError as exc:
         raise OSError(
             f"cannot load '{name}' from the Hugging Face hub ({exc}). "
-            "Use model.pretrained=minilm (packaged offline) or a local folder."
+            "Use a local folder, or 'minilm' (the MiniLM that ships with attnflow)."
         ) from exc
 
 

@@ -67,6 +67,20 @@ def with_main_run(
     return pd.concat([stacked, *main], ignore_index=True)
 
 
+def faithfulness_with_main_run(
+    stacked: pd.DataFrame | None, inputs: Mapping[str, Any], seed: int | None
+) -> pd.DataFrame | None:
+    """A seed sweep's faithfulness tables plus this study's own (job ``main``), as `with_main_run`."""
+    if stacked is None or seed is None or seed in set(stacked["seed"]):
+        return stacked
+    main = [
+        got.faithfulness.assign(seed=seed, job="main", task=task)
+        for task, got in inputs.items()
+        if got.faithfulness is not None
+    ]
+    return pd.concat([stacked, *main], ignore_index=True)
+
+
 def build_report(
     *, tasks: Sequence[str], paths: StudyPaths, config: Mapping[str, Any] | None = None
 ) -> Report:
@@ -88,6 +102,9 @@ def build_report(
             _stacked(paths.recipes), inputs, (config or {}).get("seed"), overrides="defaults"
         ),
         recipe_jobs=read_json(paths.recipe_jobs)["jobs"] if paths.recipe_jobs.is_file() else [],
+        sweep_faithfulness=faithfulness_with_main_run(
+            _stacked(paths.sweep_faithfulness()), inputs, (config or {}).get("seed")
+        ),
     )
     for section in SECTIONS:
         section(ctx)

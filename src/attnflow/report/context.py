@@ -38,6 +38,7 @@ class Context:
     comparison: pd.DataFrame  # frames.comparison_frame: every published cell, ours beside it
     sweep: pd.DataFrame | None = None  # stacked job tables of a seed sweep, column "seed"
     recipes: pd.DataFrame | None = None  # stacked job tables of a recipe sweep, column "overrides"
+    sweep_faithfulness: pd.DataFrame | None = None  # a seed sweep's faithfulness tables, columns seed, task
     recipe_jobs: list[dict[str, Any]] = field(default_factory=list)  # its jobs.json "jobs"
     blocks: list[Block] = field(default_factory=list)
     figures: list[Path] = field(default_factory=list)

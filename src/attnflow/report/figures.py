@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 
 from attnflow.explain.graph import attention_graph
 from attnflow.io import atomic_path
+from attnflow.viz import PNG_CMAP
 
 __all__ = [
     "COLORS",
@@ -92,34 +93,20 @@ def plot_curves(
 
 
 def plot_maps(maps: Mapping[str, np.ndarray], tokens: Sequence[str], *, title: str = "") -> Figure:
-    """Figure 2/3 style: one panel per method, y = layers (1 at the bottom), x = input tokens.
+    """Figure 2/3: one [layer x token] panel per method, in the look of the CLI and the notebook
+    (`attnflow.viz.heatmap_figure`: L1 on top, one 0..max scale per method).
 
     ``maps[method]`` is the ``(L, T)`` explanation row at each layer (e.g. the CLS row).
     """
-    names = list(maps)
+    from attnflow.display import layer_labels
+    from attnflow.viz import heatmap_figure
+
     n_tok = len(tokens)
-    width = min(6.0, 1.2 + 0.32 * n_tok)
-    fig = Figure(figsize=(width * len(names), 3.2), layout="constrained")
-    axes = fig.subplots(1, len(names), squeeze=False)[0]
-    for ax, name in zip(axes, names, strict=True):
-        m = np.asarray(maps[name], dtype=np.float64)  # (L, T)
-        if m.ndim != 2 or m.shape[1] != n_tok:
-            raise ValueError(f"{name}: map of shape {m.shape} does not fit {n_tok} tokens")
-        image = ax.imshow(
-            m,
-            origin="lower",
-            aspect="auto",
-            cmap="Blues",
-            vmin=0.0,
-            vmax=max(float(np.nanmax(m)), _EPS) if m.size else 1.0,
-        )
-        ax.set_yticks(range(m.shape[0]), [f"L{k + 1}" for k in range(m.shape[0])], fontsize=7)
-        ax.set_xticks(range(n_tok), list(tokens), rotation=90, fontsize=7)
-        ax.set_title(name, fontsize=10)
-        fig.colorbar(image, ax=ax, shrink=0.8)
-    if title:
-        fig.suptitle(title, fontsize=9)
-    return fig
+    for name, m in maps.items():
+        if np.ndim(m) != 2 or np.shape(m)[1] != n_tok:
+            raise ValueError(f"{name}: map of shape {np.shape(m)} does not fit {n_tok} tokens")
+    layers = np.shape(next(iter(maps.values())))[0] if maps else 0
+    return heatmap_figure(maps, columns=tokens, rows=layer_labels(layers), title=title or None, scale="panel")
 
 
 def plot_head_correlations(per_head: Any, *, title: str = "") -> Figure | None:
@@ -262,7 +249,9 @@ def plot_generation(
         e = explanations[option]
         for i, m in enumerate(names):
             ax, matrix = axes[i][j], e.matrix(m, "mean")[:, : e.n_prompt]  # (generated, prompt)
-            ax.imshow(matrix, aspect="auto", cmap="Blues", vmin=0.0, vmax=max(float(np.nanmax(matrix)), _EPS))
+            ax.imshow(
+                matrix, aspect="auto", cmap=PNG_CMAP, vmin=0.0, vmax=max(float(np.nanmax(matrix)), _EPS)
+            )
             ax.set_yticks(range(e.n_generated), e.generated_tokens, fontsize=6)
             ax.set_xticks(range(e.n_prompt), e.prompt_tokens, rotation=90, fontsize=6)
             ax.set_title(f"{m}: sinks {option[0]}, receptive field {option[1]}", fontsize=8)

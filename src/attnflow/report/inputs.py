@@ -43,6 +43,7 @@ def input_paths(task: str, paths: StudyPaths) -> dict[str, Path]:
         "faithfulness": paths.faithfulness(task),
         "curves": paths.perturbation_curves(task),
         "agreement": paths.method_agreement(task),
+        "cost": paths.method_cost(task),
     }
 
 
@@ -59,6 +60,7 @@ class TaskInputs:
     )
     curves: pd.DataFrame | None = None  # mean perturbation curves
     agreement: pd.DataFrame | None = None  # Kendall tau / top-k overlap between methods
+    cost: pd.DataFrame | None = None  # seconds per sentence of each method, and vs one gradient
     missing: list[str] = field(default_factory=list)  # paths not found
     problems: list[str] = field(default_factory=list)  # files found but unreadable
 
@@ -72,6 +74,7 @@ _READERS = {
     "faithfulness": read_parquet,
     "curves": read_parquet,
     "agreement": read_parquet,
+    "cost": read_parquet,
 }
 
 

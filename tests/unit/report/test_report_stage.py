@@ -21,10 +21,17 @@ def test_stage_logs_cells_and_artifacts(tmp_path, monkeypatch, make_stage_output
     (run,) = [r for r in runs if "stage" in r.data.tags]  # beside it: the parent run of this config
     assert run.data.tags["stage"] == "report"
     metrics = run.data.metrics
-    assert metrics["agreement/corr/blank_out/raw/L1"] == 0.59
     assert metrics["agreement/accuracy"] == 0.9375
-    assert sum(k.startswith("agreement/corr/") for k in metrics) == 2 * 3 * 6
-    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"report.md", "report.html", "metrics.json", "comparison.csv", "figures"} <= artifacts
-    figures = {a.path for a in client.list_artifacts(run.info.run_id, "figures")}
-    assert "figures/curves_agreement_blank_out.png" in figures
+    assert sum(k.startswith("agreement/corr/") for k in metrics) == 2 * 3  # one per (reference, method)
+    history = client.get_metric_history(run.info.run_id, "agreement/corr/blank_out/raw")
+    assert [m.step for m in history] == [1, 2, 3, 4, 5, 6] and history[0].value == 0.59  # step = layer
+    listed = {a.path for a in client.list_artifacts(run.info.run_id, "outputs/reports")}
+    assert {
+        f"outputs/reports/{n}"
+        for n in ("report.md", "report.html", "metrics.json", "comparison.csv", "figures")
+    } <= listed
+    figures = {a.path for a in client.list_artifacts(run.info.run_id, "outputs/reports/figures")}
+    assert "outputs/reports/figures/curves_agreement_blank_out.png" in figures
+    parent = run.data.tags["mlflow.parentRunId"]  # the report and the deltas to the paper go on the parent
+    assert {"report.md", "report.html"} <= {a.path for a in client.list_artifacts(parent)}
+    assert any(k.startswith("agreement/delta/") for k in client.get_run(parent).data.metrics)

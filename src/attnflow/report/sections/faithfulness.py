@@ -13,15 +13,15 @@ from ..figures import plot_layer_scores, plot_perturbation_curves
 from ..tables import EXPLAINER_LABELS, Grid, fmt_mean_std
 
 LABELS = {**EXPLAINER_LABELS, "blank_out": "blank-out (reference)", "input_gradients": "input gradients (reference)",
-          RANDOM: "random (floor)"}  # fmt: skip
+          "input_x_gradient": "input × gradient", "integrated_gradients": "integrated gradients (captum)",
+          "attnlrp": "AttnLRP", RANDOM: "random (floor)"}  # fmt: skip
 METRICS = {
     "comprehensiveness": "comprehensiveness ↑",
     "sufficiency": "sufficiency ↓",
     "auc_positive": "AUC MoRF ↓",
     "auc_negative": "AUC LeRF ↑",
-    "auc_positive_accuracy": "AUC MoRF acc ↓",
-    "auc_negative_accuracy": "AUC LeRF acc ↑",
 }
+CHEAP = 2.0  # "cheap": at most this many gradients' cost per sentence
 
 
 def best(scores: pd.DataFrame, metric: str) -> str:
@@ -48,17 +48,29 @@ def section(ctx: Context) -> None:
     )
     for task, got in tasks.items():
         last = at_last_layer(got.faithfulness)
-        grid = Grid(header=[f"{task} (last layer)", *METRICS.values()], rows=[])
+        spread = _seed_spread(ctx.sweep_faithfulness, task)
+        cost = got.cost.set_index("method") if got.cost is not None else None
+        header = [f"{task} (last layer)", *METRICS.values(), "s / sentence", "× one gradient"]
+        if spread is not None:
+            header.append(f"comprehensiveness over {spread.attrs['n_seeds']} seeds")
+        grid = Grid(header=header, rows=[])
         for method, rows in last.groupby("method", sort=False):
             by = rows.set_index("metric")
-            grid.rows.append([LABELS.get(method, method)] + [
+            cells = [LABELS.get(method, method)] + [
                 f"{fmt_mean_std(by.at[m, 'mean'], by.at[m, 'std'])} [{by.at[m, 'ci_low']:.2f}, {by.at[m, 'ci_high']:.2f}]"
                 if m in by.index else "n/a" for m in METRICS
-            ])  # fmt: skip
+            ]  # fmt: skip
+            cells += _cost_cells(cost, method)
+            if spread is not None:
+                cells.append(spread.get(method, "n/a"))
+            grid.rows.append(cells)
         ctx.add(Heading(task, 3), Table(grid))
+        if cost is not None and (cost["skipped"] != "").any():
+            ctx.add(Paragraph("Not run: " + "; ".join(f"{LABELS.get(m, m)}: {r.skipped}"
+                                                     for m, r in cost[cost["skipped"] != ""].iterrows()) + "."))  # fmt: skip
         ctx.add(Paragraph("Most faithful method at the last layer: " + "; ".join(
             f"{METRICS[m]}: {LABELS.get(best(last, m), best(last, m))}" for m in ("comprehensiveness", "sufficiency", "auc_positive", "auc_negative")
-        ) + "."))  # fmt: skip
+        ) + "." + _pick(last, cost)))  # fmt: skip
         if got.table is not None:
             ctx.add(Paragraph(_against_spearman(got.table, last)))
         if got.curves is not None:
@@ -103,3 +115,44 @@ def _against_spearman(table: pd.DataFrame, last: pd.DataFrame) -> str:
             f"by Spearman with {importance}: {' > '.join(by.index)} ({'the same order' if same else 'a different order'})"
         )
     return "Methods at the last layer, most faithful first: " + "; ".join(parts) + "."
+
+
+def _cost_cells(cost: pd.DataFrame | None, method: str) -> list[str]:
+    if cost is None or method not in cost.index or pd.isna(cost.at[method, "seconds_per_sentence"]):
+        return ["n/a", "n/a"]
+    return [f"{cost.at[method, 'seconds_per_sentence']:.3g}", f"{cost.at[method, 'vs_gradient']:.2g}"]
+
+
+def _seed_spread(stacked: pd.DataFrame | None, task: str) -> dict[str, str] | None:
+    """{method: "mean ± std (n)"} of the per-seed comprehensiveness at the last layer (and the
+    references), over a seed sweep's jobs; None without a sweep of at least two seeds."""
+    if stacked is None or stacked.empty or "task" not in stacked:
+        return None
+    rows = stacked[(stacked["task"] == task) & (stacked["metric"] == "comprehensiveness")]
+    rows = rows[rows["layer"].isna() | (rows["layer"] == rows["layer"].max())]
+    n_seeds = rows["seed"].nunique()
+    if n_seeds < 2:
+        return None
+    out = {m: f"{fmt_mean_std(g['mean'].mean(), g['mean'].std(ddof=1))} ({g['seed'].nunique()})"
+           for m, g in rows.groupby("method", sort=False)}  # fmt: skip
+    spread = pd.Series(out, dtype=object)
+    spread.attrs["n_seeds"] = n_seeds
+    return spread
+
+
+def _pick(last: pd.DataFrame, cost: pd.DataFrame | None) -> str:
+    """Which method to use: the most comprehensive overall, and among those costing at most CHEAP
+    gradients, with their comprehensiveness and cost."""
+    comp = last[(last["metric"] == "comprehensiveness") & (last["method"] != RANDOM)].set_index("method")[
+        "mean"
+    ]
+    if comp.empty or cost is None:
+        return ""
+    ratio = cost["vs_gradient"].reindex(comp.index)
+    top = comp.idxmax()
+    cheap = comp[ratio <= CHEAP]
+    text = f" Pick: {LABELS.get(top, top)} is the most comprehensive ({comp[top]:.2f}, {ratio[top]:.2g}× a gradient)"
+    if not cheap.empty and cheap.idxmax() != top:
+        c = cheap.idxmax()
+        text += f"; at ≤ {CHEAP:g}× a gradient, {LABELS.get(c, c)} ({comp[c]:.2f}, {ratio[c]:.2g}×)"
+    return text + "."

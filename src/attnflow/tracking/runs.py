@@ -1,37 +1,21 @@
-"""Everything MLflow: one run per stage execution, in one experiment per study config.
-
-Every stage run carries the flattened resolved config as params, the tags ``stage``, ``dataset``,
-``git_commit`` (``+dirty`` when the tree has uncommitted changes), ``config_hash`` (the same for
-all stages of one config, to group them) and ``inputs_md5`` (an md5 over the stage's inputs; for a
-single file it equals the md5 that DVC writes to dvc.lock), plus ``inputs.json`` with each input's
-md5. The tracking URI comes from ``MLFLOW_TRACKING_URI`` when set, else from the config
-(default: the embedded store ``sqlite:///mlflow.db``).
-
-The stage runs of one study config are grouped under a parent run named after its config hash,
-the experiment opens on the runs table (it is marked as model development, not GenAI), a tracking
-server is probed before a stage starts (a dead one fails in seconds, naming the URI), a run that
-a kill left RUNNING is closed as KILLED by the next run of the same stage and config, and an
-interrupted stage (Ctrl-C, SIGTERM) ends KILLED, a failing one FAILED.
-
-A server lost mid-run fails the stage in bounded time with :class:`TrackingUnavailable`: MLflow's
-own HTTP retries (7 tries, exponential backoff: minutes of silence per call) are cut to
-``HTTP_DEFAULTS`` unless the environment sets them.
-"""
+"""The MLflow run of one stage, nested under the parent run of its study config (see the package
+docstring of :mod:`attnflow.tracking`)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import os
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import mlflow
-from mlflow.entities import Param
+from mlflow.entities import Metric, Param
+
+from .names import config_hash, file_md5, flatten, inputs_md5, layer_steps, metric_name, numeric
 
 __all__ = [
     "EXPERIMENT_KIND",
@@ -43,17 +27,27 @@ __all__ = [
     "file_md5",
     "flatten",
     "inputs_md5",
+    "layer_steps",
     "lightning_logger",
     "probe",
     "stage_run",
     "tracking_uri",
+    "ui_url",
 ]
 
 _MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
 _BATCH = 100  # MLflow's limit on params per log_batch call
+_METRIC_BATCH = 1000  # and on metrics
 PROBE_TIMEOUT_S = 3.0  # a tracking server that does not answer in this time is called unreachable
-# MLflow 3's UI opens GenAI experiments on an "Overview" page; this kind opens the runs table.
+# The experiment is model development, not GenAI. MLflow 3.17's UI ignores this tag when it picks
+# the landing page: it follows the sidebar's "GenAI | Machine learning" switch (default GenAI,
+# remembered in the browser) or the URL query ``workflowType``, hence :data:`UI_QUERY`.
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+UI_QUERY = "workflowType=machine_learning"  # opens an experiment on its runs table
+NOTE_TAG = "mlflow.note.content"  # a run's description in the UI
+# Files that `dvc repro` / `dvc exp run` rewrite while the stages run: not code, so their changes
+# do not make the commit "+dirty" (the params are logged, the outputs are what the run made).
+GENERATED = ("dvc.lock", "params.yaml", "reports")
 PARENT_TAG = "attnflow.study_run"  # marks the parent run of one config's stage runs
 # MLflow's HTTP client, bounded: a killed server (connection refused) fails a call in about 4 s
 # (3 tries, waits 0 and 2 s plus jitter), a hung one in about 100 s; a variable already set wins.
@@ -129,59 +123,18 @@ def tracking_uri(configured: str | None) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or configured or "sqlite:///mlflow.db"
 
 
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mappings to dotted keys; lists stay values.
-
-    >>> flatten({"a": {"b": 1, "c": [1, 2]}, "d": "x"})
-    {'a.b': 1, 'a.c': [1, 2], 'd': 'x'}
-    """
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
-
-
-def config_hash(config: Mapping[str, Any]) -> str:
-    """A short stable hash of a resolved config (key order does not matter)."""
-    blob = json.dumps(config, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def file_md5(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def inputs_md5(paths: Sequence[str | Path]) -> tuple[str, dict[str, str]]:
-    """md5 of each input file (every file under a directory), and one md5 over them all."""
-    per_file: dict[str, str] = {}
-    for p in map(Path, paths):
-        files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
-        for f in files:
-            if f.exists():
-                per_file[f.as_posix()] = file_md5(f)
-    if not per_file:
-        return "none", per_file
-    if len(per_file) == 1:
-        return next(iter(per_file.values())), per_file
-    combined = hashlib.md5(json.dumps(per_file, sort_keys=True).encode(), usedforsecurity=False)
-    return combined.hexdigest(), per_file
-
-
 def _git_commit() -> str:
+    """HEAD, ``+dirty`` when a tracked file other than :data:`GENERATED` differs from it."""
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=10
         ).stdout.strip()
+        top = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        exclude = [f":(top,exclude){name}" for name in GENERATED]
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            ["git", "-C", top, "status", "--porcelain", "--untracked-files=no", "--", ".", *exclude],
             capture_output=True,
             text=True,
             timeout=10,
@@ -197,35 +150,57 @@ def _param_value(value: Any) -> str:
 
 
 class StageRun:
-    """The active MLflow run of one stage, with logging helpers that accept nested dicts."""
+    """The active MLflow run of one stage, with logging helpers that accept nested dicts; the
+    ``parent=True`` variants write to the study's parent run instead."""
 
-    def __init__(self, run: mlflow.ActiveRun, client: mlflow.MlflowClient, uri: str, experiment: str):
+    def __init__(
+        self,
+        run: mlflow.ActiveRun,
+        client: mlflow.MlflowClient,
+        uri: str,
+        experiment: str,
+        parent_id: str = "",
+    ):
         self.run = run
         self.client = client
         self.uri = uri
         self.experiment = experiment
+        self.parent_id = parent_id
+
+    @property
+    def enabled(self) -> bool:
+        return self.run is not None
 
     @property
     def run_id(self) -> str:
         return self.run.info.run_id
 
-    def log_metrics(self, metrics: Mapping[str, Any], *, step: int | None = None, prefix: str = "") -> None:
-        """Log every finite number of a (nested) dict as a metric named by its dotted path."""
-        flat = flatten(metrics, prefix)
-        numeric = {
-            k: float(v)
-            for k, v in flat.items()
-            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-        }
-        if numeric:
-            mlflow.log_metrics(numeric, step=step)
+    def log_metrics(
+        self, metrics: Mapping[str, Any], *, step: int | None = None, prefix: str = "", parent: bool = False
+    ) -> None:
+        """Log every finite number of a (nested) dict as a metric named by its dotted path; a
+        segment ``L<k>`` becomes step ``k`` (:func:`layer_steps`) unless ``step`` is given."""
+        values = numeric(flatten(metrics, prefix))
+        if not values:
+            return
+        now = int(time.time() * 1000)
+        rows = [(k, None, v) for k, v in values.items()] if step is not None else layer_steps(values)
+        batch = [Metric(metric_name(k), v, now, step if step is not None else (s or 0)) for k, s, v in rows]
+        run_id = self.parent_id if parent else self.run_id
+        if not run_id:
+            return
+        for i in range(0, len(batch), _METRIC_BATCH):
+            self.client.log_batch(run_id, metrics=batch[i : i + _METRIC_BATCH])
 
-    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+    def log_artifact(
+        self, path: str | Path, artifact_path: str | None = None, *, parent: bool = False
+    ) -> None:
         p = Path(path)
+        run_id = self.parent_id if parent else self.run_id
         if p.is_dir():
-            mlflow.log_artifacts(str(p), artifact_path=artifact_path or p.name)
+            self.client.log_artifacts(run_id, str(p), artifact_path=artifact_path or p.name)
         elif p.exists():
-            mlflow.log_artifact(str(p), artifact_path=artifact_path)
+            self.client.log_artifact(run_id, str(p), artifact_path=artifact_path)
 
     def log_dict(self, payload: Mapping[str, Any], name: str) -> None:
         mlflow.log_dict(dict(payload), name)
@@ -242,6 +217,7 @@ class _DisabledRun(StageRun):
         self.client = None  # type: ignore[assignment]
         self.uri = ""
         self.experiment = ""
+        self.parent_id = ""
 
     @property
     def run_id(self) -> str:  # the base property reads self.run, which is None here
@@ -269,17 +245,57 @@ def _experiment(client: mlflow.MlflowClient, name: str) -> str:
     return experiment_id
 
 
-def _parent_run(client: mlflow.MlflowClient, experiment_id: str, digest: str, study: str) -> str:
-    """The parent run grouping every stage run of one config (created on first use)."""
+def ui_url(server: str, experiment_id: str, run_id: str | None = None) -> str:
+    """Where a browser opens the experiment's runs table (or one run) on an MLflow server.
+
+    >>> ui_url("http://127.0.0.1:5000/", "1")
+    'http://127.0.0.1:5000/#/experiments/1/runs?workflowType=machine_learning'
+    """
+    page = f"runs/{run_id}" if run_id else "runs"
+    return f"{server.rstrip('/')}/#/experiments/{experiment_id}/{page}?{UI_QUERY}"
+
+
+def _parent_note(study: str, digest: str, overrides: Mapping[str, Any]) -> str:
+    changed = "\n".join(f"- `{k}={_param_value(v)}`" for k, v in sorted(overrides.items()))
+    return (
+        f"Study `{study}`, config `{digest}`: one child run per stage (`dvc repro` or one sweep job). "
+        "Metrics: accuracy per task, every Table 1-3 cell as `<task>/corr/<reference>/<method>` "
+        "(step = layer), the faithfulness table, wall time per stage; artifacts: the report.\n\n"
+        + (
+            f"Overrides of the defaults (params: the whole config):\n{changed}"
+            if changed
+            else "Default config."
+        )
+    )
+
+
+def _parent_run(
+    client: mlflow.MlflowClient,
+    experiment_id: str,
+    digest: str,
+    config: Mapping[str, Any],
+    overrides: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
+) -> str:
+    """The parent run grouping every stage run of one config (created on first use, with the whole
+    config as params and the overrides in its description)."""
     query = f"tags.`{PARENT_TAG}` = 'true' and tags.config_hash = '{digest}'"
     found = client.search_runs([experiment_id], query, max_results=1)
     if found:
         return found[0].info.run_id
-    run = client.create_run(
-        experiment_id, tags={PARENT_TAG: "true", "config_hash": digest, "mlflow.runName": f"{study} {digest}"}
-    )
+    study = str(config.get("study", ""))
+    name = f"{study} seed={config['seed']}" if "seed" in config else study
+    tags = {PARENT_TAG: "true", "config_hash": digest, "git_commit": _git_commit(),
+            "mlflow.runName": f"{name} {digest[:7]}", NOTE_TAG: _parent_note(study, digest, overrides() if callable(overrides) else overrides)}  # fmt: skip
+    run = client.create_run(experiment_id, tags=tags)
+    _log_params(client, run.info.run_id, flatten(config))
     client.set_terminated(run.info.run_id, "FINISHED")
     return run.info.run_id
+
+
+def _log_params(client: mlflow.MlflowClient, run_id: str, flat: Mapping[str, Any]) -> None:
+    params = [Param(k, _param_value(v)) for k, v in sorted(flat.items())]
+    for i in range(0, len(params), _BATCH):
+        client.log_batch(run_id, params=params[i : i + _BATCH])
 
 
 def close_stale_runs(client: mlflow.MlflowClient, experiment_id: str, tags: Mapping[str, str]) -> list[str]:
@@ -295,6 +311,17 @@ def close_stale_runs(client: mlflow.MlflowClient, experiment_id: str, tags: Mapp
     return stale
 
 
+def _end(run: StageRun, status: str, started: float, key: str) -> None:
+    """Log the stage's wall time (on its run, and as ``wall_time_s/<key>`` on the parent), then end
+    the run."""
+    wall = round(time.monotonic() - started, 3)
+    with suppress(Exception):  # a lost server must not hide the status below
+        run.log_metrics({"wall_time_s": wall})
+        run.log_metrics({f"wall_time_s/{key}": wall}, parent=True)
+        run.client.set_terminated(run.parent_id, "FINISHED")  # the parent spans its stages
+    mlflow.end_run(status)
+
+
 @contextmanager
 def stage_run(
     config: Mapping[str, Any],
@@ -304,17 +331,25 @@ def stage_run(
     inputs: Sequence[str | Path] = (),
     uri: str | None = None,
     experiment: str | None = None,
+    params: Mapping[str, Any] | None = None,
+    description: str | None = None,
+    overrides: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
 ) -> Iterator[StageRun]:
     """Open an MLflow run for one stage execution, nested under its config's parent run.
 
     It ends FINISHED, FAILED if the body raises, KILLED on Ctrl-C or SIGTERM (which the stage
-    scripts turn into SystemExit). ``config`` is the resolved study config as plain dicts; ``uri``
-    and ``experiment`` default to ``config["tracking"]``.
+    scripts turn into SystemExit), with its wall time logged (``wall_time_s``). ``config`` is the
+    resolved study config as plain dicts; ``uri`` and ``experiment`` default to
+    ``config["tracking"]``. ``params``: what the stage reads, logged as its params (default: the
+    whole config); ``description``: the run's note in the UI; ``overrides``: the config's changes
+    from the defaults (or a function returning them, called only when the parent is created),
+    listed in the parent's note.
     """
     track = config.get("tracking", {})
     if not track.get("enabled", True):
         yield _DisabledRun()
         return
+    started = time.monotonic()
     uri = tracking_uri(uri or track.get("uri"))
     _bound_http_retries()  # before the first MLflow call: a lost server fails, never hangs
     probe(uri)
@@ -332,36 +367,37 @@ def stage_run(
         "inputs_md5": digest,
         "mlflow.runName": f"{stage}@{dataset}" if dataset else stage,
     }
-    tags["mlflow.parentRunId"] = _parent_run(
-        client, experiment_id, tags["config_hash"], str(config.get("study", ""))
-    )
+    if description:
+        tags[NOTE_TAG] = description
+    parent_id = _parent_run(client, experiment_id, tags["config_hash"], config, overrides or {})
+    tags["mlflow.parentRunId"] = parent_id
     for env in ("DVC_EXP_NAME", "DVC_EXP_BASELINE_REV"):
         if os.environ.get(env):
             tags[env.lower()] = os.environ[env]
     close_stale_runs(client, experiment_id, tags)
     run = mlflow.start_run(tags=tags)
+    stage_run_ = StageRun(run, client, uri, experiment, parent_id)
+    wall_key = f"{stage}/{dataset or 'all'}"
     try:
-        params = [Param(k, _param_value(v)) for k, v in sorted(flatten(config).items())]
-        for i in range(0, len(params), _BATCH):
-            client.log_batch(run.info.run_id, params=params[i : i + _BATCH])
+        _log_params(client, run.info.run_id, flatten(config if params is None else params))
         if per_file:
             mlflow.log_dict(per_file, "inputs.json")
-        yield StageRun(run, client, uri, experiment)
+        yield stage_run_
     except (KeyboardInterrupt, SystemExit) as exc:
         clean = isinstance(exc, SystemExit) and exc.code in (0, None)
-        mlflow.end_run("FINISHED" if clean else "KILLED")
+        _end(stage_run_, "FINISHED" if clean else "KILLED", started, wall_key)
         raise
     except BaseException as exc:
         lost = _lost(uri, stage, exc)
         if lost is None:
-            mlflow.end_run("FAILED")
+            _end(stage_run_, "FAILED", started, wall_key)
             raise
         # end_run pops the run even when the dead server cannot record the status: it stays
         # RUNNING there, and the next run of the stage closes it as KILLED
         with suppress(Exception):
             mlflow.end_run("FAILED")
         raise lost from exc
-    mlflow.end_run("FINISHED")
+    _end(stage_run_, "FINISHED", started, wall_key)
 
 
 def lightning_logger(stage: StageRun, **kwargs: Any):

@@ -1,0 +1,64 @@
+"""AttnLRP as a [layer x token] map, the shape every attnflow method returns per input.
+
+Row k (1-based, k = 1..L) is the relevance of each token's hidden state after the relevance of the
+explained logit y has been propagated back through the top k layers:
+
+    map[k] = R(h_{L-k}) summed over hidden units, for k < L;   map[L] = R(word embeddings),
+
+the input relevance `lxt` reports (position / token-type embedding relevance left out). Each row
+sums to y up to what the softmax rule and biases absorb (`AttnLRPResult`). The map does not depend
+on an attention row: it explains the output (the classifier's pooled token, the LM's position).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from .api import attnlrp
+
+__all__ = ["METHOD", "attnlrp_map", "attnlrp_maps"]
+
+METHOD = "attnlrp"
+
+
+def attnlrp_map(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    *,
+    target: int | None = None,
+    position: int = -1,
+    token_type_ids: torch.Tensor | None = None,
+    epsilon: float = 0.0,
+) -> np.ndarray:
+    """(L, T) float64 map of one sequence of real tokens (no padding); see the module docstring."""
+    res = attnlrp(
+        model, input_ids, target=target, position=position, epsilon=epsilon, token_type_ids=token_type_ids
+    )
+    hidden = res.hidden_relevance.detach().to(torch.float64).cpu().numpy()  # (L + 1, T): h_0 .. h_L
+    out = hidden[-2::-1].copy()  # (L, T): row k-1 = R(h_{L-k}), k = 1..L
+    out[-1] = res.input_relevance.detach().to(torch.float64).cpu().numpy()
+    return out
+
+
+def attnlrp_maps(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    valid: np.ndarray,
+    *,
+    targets: Sequence[int | None],
+    positions: Sequence[int] | None = None,
+    token_type_ids: torch.Tensor | None = None,
+) -> list[np.ndarray]:
+    """One `attnlrp_map` per sample of a padded batch (B, T): `valid` (B, T) marks real tokens;
+    `positions` (absolute, LMs) the explained position of each sample (default: its last token)."""
+    maps = []
+    for b in range(input_ids.shape[0]):
+        keep = torch.as_tensor(np.flatnonzero(valid[b]), device=input_ids.device)
+        ids = input_ids[b, keep]
+        types = None if token_type_ids is None else token_type_ids[b, keep]
+        pos = -1 if positions is None else int(np.searchsorted(np.flatnonzero(valid[b]), int(positions[b])))
+        maps.append(attnlrp_map(model, ids, target=targets[b], position=pos, token_type_ids=types))
+    return maps

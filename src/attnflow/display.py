@@ -1,0 +1,130 @@
+"""One look for an `Explanation` wherever it is shown: notebook, PNG, HTML page, table.
+
+The CLI, `Explanation.show()` / `_repr_html_()` / `to_pandas()` and the report draw through these
+functions, so a map looks the same everywhere: layers top to bottom as L1..Ln (1-based, as in the
+paper's tables), tokens along the columns, `attnflow.viz`'s colour map and muted special tokens.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "explanation_figure",
+    "explanation_frame",
+    "explanation_html",
+    "explanation_item",
+    "layer_labels",
+    "row_text",
+]
+
+# Height of the notebook frame around the interactive page, in CSS pixels: the page's controls and
+# token line, plus one grid row per layer.
+_FRAME_BASE_PX, _FRAME_ROW_PX = 260, 26
+
+
+def layer_labels(n: int) -> list[str]:
+    """["L1", ..., "Ln"]: layers are 1-based wherever a reader sees them."""
+    return [f"L{i + 1}" for i in range(n)]
+
+
+def row_text(e: Any) -> str:
+    """Which query row `e` explains, for titles: "row 0 ([CLS])" or "max over rows"."""
+    if isinstance(e.row, str):
+        return f"{e.row} over rows"
+    label = e.meta.get("row_label")
+    return f"row {e.row} ({label})" if label else f"row {e.row}"
+
+
+def _methods(e: Any, methods: Sequence[str] | None) -> list[str]:
+    chosen = list(e.maps) if methods is None else list(methods)
+    unknown = [m for m in chosen if m not in e.maps]
+    if unknown:
+        raise ValueError(f"no method {unknown} in this explanation; it has {sorted(e.maps)}")
+    return chosen
+
+
+def _subtitle(e: Any, name: str | None) -> str:
+    parts = ([name] if name else []) + [row_text(e)]
+    if e.label is not None:
+        parts.append(f"prediction: {e.label}")
+    return " · ".join(parts)
+
+
+def explanation_item(
+    e: Any, *, methods: Sequence[str] | None = None, name: str | None = None
+) -> dict[str, Any]:
+    """`e` as one item of `attnflow.viz.html_page` ([layer x token] per method, its layer chosen)."""
+    chosen = _methods(e, methods)
+    return {
+        "title": e.text if e.text is not None else "input",
+        "subtitle": _subtitle(e, name),
+        "columns": list(e.tokens),
+        "rows": layer_labels(e.num_layers),
+        "maps": {m: e.maps[m] for m in chosen},
+        "row": e.layer,
+        "method": chosen[-1],
+        "muted": list(e.meta.get("special", [])),
+    }
+
+
+def explanation_figure(
+    e: Any, *, methods: Sequence[str] | None = None, name: str | None = None, scale: str = "panel"
+) -> Any:
+    """A matplotlib Figure of `e`: one [layer x token] heatmap per method (`attnflow.viz.heatmap_figure`)."""
+    from attnflow.viz import heatmap_figure, shorten
+
+    chosen = _methods(e, methods)
+    title = (f"“{shorten(e.text)}”\n" if e.text else "") + _subtitle(e, name)
+    return heatmap_figure(
+        {m: e.maps[m] for m in chosen},
+        columns=e.tokens,
+        rows=layer_labels(e.num_layers),
+        scale=scale,
+        muted_columns=e.meta.get("special", ()),
+        title=title,
+    )
+
+
+def explanation_html(e: Any, *, methods: Sequence[str] | None = None, name: str | None = None) -> str:
+    """The CLI's interactive page for `e`, in an iframe (notebooks run its script sandboxed there)."""
+    from attnflow.viz import html_page
+
+    page = html_page([explanation_item(e, methods=methods, name=name)], title=name or "attnflow")
+    height = _FRAME_BASE_PX + _FRAME_ROW_PX * e.num_layers
+    return (
+        f'<iframe srcdoc="{html.escape(page, quote=True)}" style="width:100%;height:{height}px;border:0" '
+        'sandbox="allow-scripts" title="attnflow explanation"></iframe>'
+    )
+
+
+def explanation_frame(e: Any) -> Any:
+    """A tidy pandas DataFrame: one row per (method, layer, token) with columns method, layer
+    (1-based), position (0-based, into `e.tokens`), token, score."""
+    try:
+        import pandas as pd
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError(
+            "Explanation.to_pandas() needs pandas: pip install 'attnflow[hf]'", name="pandas"
+        ) from None
+
+    parts = []
+    for method, m in e.maps.items():
+        m = np.asarray(m, dtype=np.float64)  # (L, T)
+        layers, tokens = np.meshgrid(np.arange(m.shape[0]), np.arange(m.shape[1]), indexing="ij")
+        parts.append(
+            pd.DataFrame(
+                {
+                    "method": method,
+                    "layer": layers.ravel() + 1,
+                    "position": tokens.ravel(),
+                    "token": np.asarray(e.tokens, dtype=object)[tokens.ravel()],
+                    "score": m.ravel(),
+                }
+            )
+        )
+    return pd.concat(parts, ignore_index=True)

@@ -1,0 +1,78 @@
+"""The gradient-based maps of a generation: Chefer's generic rule and AttnLRP per generated token.
+
+Both explain token g_t by its logit at row P + t - 1 of the teacher-forced sequence
+prompt + g_0 .. g_{n-2} (see attnflow.generate.explanation), and return (n, L, T) maps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from attnflow.explain import EXPLAINERS, remove_sinks
+
+__all__ = ["attnlrp_maps", "chefer_maps"]
+
+
+def chefer_maps(
+    model: Any, run: Any, modes: Sequence[str], sink_mask: np.ndarray, grad_batch_size: int
+) -> dict[str, np.ndarray]:
+    """{sink mode: (n, L, T)} Chefer's generic rule per generated token, R - I of row P + t - 1.
+
+    The target of token t is its logit at row P + t - 1. grad_batch_size tokens per forward and
+    backward: a batch of copies of the sequence, copy b scoring its own token, so the summed
+    scores give each copy its own gradient (samples do not interact). With a sink mode the rule
+    runs on the sink-handled attention (the gradient stays that of the model's attention):
+    R <- R + mean_h[(grad A * A')+] R, A' = remove_sinks(A).
+    """
+    import torch
+
+    from attnflow.hf import _model_device, forward_attentions
+
+    device = _model_device(model)
+    p, n = len(run.prompt_ids), len(run.generated_ids)
+    seq = torch.tensor([run.prompt_ids + run.generated_ids[:-1]], device=device)  # (1, T)
+    rows = torch.arange(p - 1, p - 1 + n, device=device)
+    targets = torch.tensor(run.generated_ids, device=device)
+    maps = {mode: np.zeros((n, run.attn.shape[0], run.attn.shape[-1])) for mode in modes}  # (n, L, T)
+    for start in range(0, n, grad_batch_size):
+        stop = min(start + grad_batch_size, n)
+        r, g = rows[start:stop], targets[start:stop]
+        c = stop - start
+        batch = {"input_ids": seq.expand(c, -1), "attention_mask": torch.ones(c, seq.shape[1], device=device)}
+        fo = forward_attentions(model, batch, target=lambda z, r=r, g=g, c=c: z[torch.arange(c), r, g])
+        a = fo.attentions.to(device="cpu", dtype=torch.float64).numpy()  # (c, L, H, T, T)
+        grad = fo.attention_grads.to(device="cpu", dtype=torch.float64).numpy()
+        for b in range(c):
+            row = int(r[b])
+            for mode in modes:
+                ab = a[b] if mode == "none" else remove_sinks(a[b], mode=mode, sinks=sink_mask)
+                rel = np.array(EXPLAINERS["chefer"](ab, attn_grad=grad[b], rows=[row])[:, 0, :])  # (L, T)
+                rel[:, row] -= 1.0  # R - I: the identity's self-relevance left out
+                maps[mode][start + b] = np.clip(rel, 0.0, None)
+    return maps
+
+
+def attnlrp_maps(model: Any, run: Any) -> np.ndarray:
+    """(n, L, T) AttnLRP maps (attnflow.attnlrp.maps) of each generated token's logit, zero beyond
+    the explained row: map[t, k] = relevance after the top k + 1 layers, the last row the input's.
+
+    One forward and one backward per generated token, on prompt + g_0 .. g_{t-1} (a causal row
+    does not see later tokens, so the shorter sequence gives the full sequence's row).
+    """
+    import torch
+
+    from attnflow.attnlrp.maps import attnlrp_map
+    from attnflow.hf import _model_device, eager_attention
+
+    device = _model_device(model)
+    seq = run.prompt_ids + run.generated_ids[:-1]
+    p, n = len(run.prompt_ids), len(run.generated_ids)
+    out = np.zeros((n, run.attn.shape[0], len(seq)))
+    with eager_attention(model):
+        for t, token in enumerate(run.generated_ids):
+            ids = torch.tensor(seq[: p + t], device=device)
+            out[t, :, : p + t] = attnlrp_map(model, ids, target=int(token), position=-1)
+    return out

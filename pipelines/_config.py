@@ -29,6 +29,21 @@ CONF_DIR = ROOT / "conf"
 PARAMS = Path("params.yaml")
 
 
+def method_names(which: str) -> list[str]:
+    """``${methods:study}`` / ``${methods:generation}`` in conf/: the names of the method records
+    (attnflow.methods) the explain stage / the generation study run, so a new method's record
+    reaches the study with no config edit."""
+    from attnflow.methods import generation_methods, study_methods
+
+    chosen = {"study": study_methods, "generation": generation_methods}
+    if which not in chosen:
+        raise ValueError(f"${{methods:{which}}}: choose study or generation")
+    return [r.name for r in chosen[which]()]
+
+
+OmegaConf.register_new_resolver("methods", method_names, replace=True)
+
+
 class ConfigError(ValueError):
     """The config is invalid; the message names the file and the key."""
 

@@ -8,8 +8,8 @@ from attnflow.attribution.comparators import compare_on_subset
 from attnflow.attribution.faithfulness import faithfulness_study, faithfulness_subset
 from attnflow.attribution.samples import study_options
 from attnflow.devices import resolve_device
-from attnflow.io import load_aligned, read_parquet, write_json, write_parquet
-from attnflow.metrics.tables import faithfulness_tree
+from attnflow.io import load_aligned, read_parquet, write_json, write_parquet, write_text
+from attnflow.metrics.tables import faithfulness_tree, perturbation_curves_frame
 from attnflow.models import load_classifier
 from attnflow.tasks import get_task
 from pipelines import _config, _stage
@@ -48,6 +48,9 @@ def run(cfg: DictConfig, task: str) -> None:
             paths.faithfulness_metrics(task), faithfulness_tree(result.scores)
         )  # last layer, references
         write_parquet(paths.method_cost(task), cost.assign(task=task))
+        for protocol in result.curves["protocol"].unique():
+            wide = perturbation_curves_frame(result.curves, protocol)
+            write_text(paths.faithfulness_curves(task) / f"{protocol}.csv", wide.to_csv(index=False))
         mlrun.log_metrics(result.metric_cells())
         mlrun.log_metrics({f"cost/{c.method}/vs_gradient": c.vs_gradient for c in cost.itertuples()})
 

@@ -137,6 +137,10 @@ class StudyPaths:
         """Kendall tau and top-k overlap between every pair of methods, per layer."""
         return self.task_reports(task) / "method_agreement.parquet"
 
+    def faithfulness_curves(self, task: str) -> Path:
+        """One CSV per perturbation protocol, a column per method (``dvc plots``)."""
+        return self.task_reports(task) / "faithfulness_curves"
+
     def method_cost(self, task: str) -> Path:
         """Seconds per sentence of every method of the faithfulness table, and vs one gradient."""
         return self.task_reports(task) / "method_cost.parquet"

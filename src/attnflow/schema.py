@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from attnflow.method_inputs import EXPLAINER_INPUTS
+from attnflow.methods import generation_methods, study_methods
 
 MISSING: Any = "???"
 
@@ -212,7 +212,7 @@ class StudyConfig:
 # Allowed values of string switches, by dotted key ("*" stands for any key at that level).
 # Task names and capture splits come from attnflow.tasks.TASKS.
 CHOICES: dict[str, tuple[str, ...]] = {
-    "explain.methods": tuple(EXPLAINER_INPUTS),
+    "explain.methods": tuple(r.name for r in study_methods()),
     "capture.dtype": ("float16", "float32"),
     "explain.heads": ("mean", "sum", "max"),
     "explain.cls_self": ("authors", "keep", "min", "zero"),
@@ -230,7 +230,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "correlate.spearman": ("average", "dense_noties"),
     "correlate.undefined": ("zero", "nan"),
     "faithfulness.removal": ("delete", "pad", "unk", "mask"),
-    "generate.methods": ("raw", "rollout", "flow", "chefer"),
+    "generate.methods": tuple(r.name for r in generation_methods()),
     "generate.sinks": ("none", "auto", "drop", "diagonal"),
     "generate.receptive_fields": ("none", "uniform", "column"),
 }

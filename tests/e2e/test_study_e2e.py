@@ -173,6 +173,8 @@ def test_every_stage_runs_and_writes_its_outputs(tiny_study):
         faith = pd.read_parquet(paths.faithfulness(task))
         methods = {"raw", "rollout", "flow", "chefer", "chefer_lrp", "blank_out", "input_gradients", "random",
                    "input_x_gradient", "integrated_gradients"} | ({"attnlrp"} if task == "sst2" else set())  # fmt: skip
+        plots = {f.name for f in paths.faithfulness_curves(task).iterdir()}  # dvc plots: a column per method
+        assert plots == {"comprehensiveness.csv", "sufficiency.csv", "positive.csv", "negative.csv"}
         cost = pd.read_parquet(paths.method_cost(task)).set_index("method")
         assert (
             set(cost.index) == methods - {"random"} | {"attnlrp"}

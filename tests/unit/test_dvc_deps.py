@@ -1,72 +1,23 @@
-"""Every DVC stage declares, as deps, every project module its script imports (directly or not).
+"""Every DVC stage declares, as deps, every project module its script imports (directly or not),
+and dvc.yaml's code deps are what `python -m pipelines.dvc_deps --write` makes of them.
 
-The import graph is read statically (ast), following every `import` / `from ... import` of a
-project module (`attnflow.*`, `pipelines.*`), including imports inside functions: a lazy import is
-still code the stage may run. A module is covered when its file, or a folder holding it, is a dep.
+The import graph is read statically (ast, `pipelines.dvc_deps.closure`), following every `import` /
+`from ... import` of a project module (`attnflow.*`, `pipelines.*`), including imports inside
+functions: a lazy import is still code the stage may run. A module is covered when its file, or a
+folder holding it, is a dep.
 """
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 import yaml
 
+from pipelines import dvc_deps
+from pipelines.dvc_deps import closure
+
 ROOT = Path(__file__).resolve().parents[2]
-SRC = ROOT / "src"
-
-
-def _module_file(name: str) -> Path | None:
-    """The file of a project module or package (None for third-party ones)."""
-    top = name.split(".")[0]
-    base = SRC if top == "attnflow" else ROOT if top == "pipelines" else None
-    if base is None:
-        return None
-    path = base.joinpath(*name.split("."))
-    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _imports(path: Path) -> set[str]:
-    """Project modules named by the imports of one file (``from a import b`` yields a.b when b is a module)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    package = ".".join(path.relative_to(SRC if SRC in path.parents else ROOT).with_suffix("").parts)
-    if path.name == "__init__.py":
-        package = package.removesuffix(".__init__")
-    else:
-        package = package.rpartition(".")[0]
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
-            names.add(base)
-            names.update(f"{base}.{a.name}" for a in node.names)
-    found = set()
-    for name in names:
-        parts = name.split(".")
-        for i in range(1, len(parts) + 1):  # a.b.c imports a and a.b too
-            if _module_file(".".join(parts[:i])) is not None:
-                found.add(".".join(parts[:i]))
-    return found
-
-
-def closure(script: Path) -> set[Path]:
-    todo, seen = [script], {script}
-    while todo:
-        for name in _imports(todo.pop()):
-            f = _module_file(name)
-            if f is not None and f not in seen:
-                seen.add(f)
-                todo.append(f)
-    return seen
 
 
 def _stages() -> dict[str, list[str]]:
@@ -95,3 +46,42 @@ def test_closure_follows_lazy_and_relative_imports():
     files = {f.relative_to(ROOT).as_posix() for f in closure(ROOT / "pipelines" / "report.py")}
     assert "src/attnflow/report/sections/maps.py" in files  # relative, through sections/__init__
     assert "src/attnflow/metrics/accuracy.py" in files  # imported by a section
+
+
+def test_committed_dvc_yaml_is_what_the_generator_writes():
+    text = (ROOT / "dvc.yaml").read_text(encoding="utf-8")
+    new, changed = dvc_deps.rewrite(text)
+    assert not changed, f"dvc.yaml is stale for {changed}: run python -m pipelines.dvc_deps --write"
+    assert new == text
+    assert dvc_deps.main(["--check"]) == 0
+
+
+def test_no_code_dep_is_broader_than_the_import_closure():
+    """A stage lists a module only if its script can import it (non-code deps aside)."""
+    for stage, deps in _stages().items():
+        files = closure(ROOT / "pipelines" / f"{stage}.py")
+        for d in deps:
+            if not dvc_deps.is_code_dep(d):
+                continue
+            path = ROOT / d
+            covered = {path} if path.is_file() else {f for f in files if path in f.parents}
+            assert covered and covered <= files, f"{stage}: {d} is not (wholly) imported by the stage"
+
+
+def test_a_generation_module_reruns_only_the_stages_that_use_generation():
+    text = (ROOT / "dvc.yaml").read_text(encoding="utf-8")
+    for f in ("src/attnflow/generate/result.py", "src/attnflow/generate/explanation.py"):
+        assert dvc_deps.stages_listing(f, text) == ["generate", "report"]
+    assert "train" not in dvc_deps.stages_listing("src/attnflow/models/smollm2.py", text)
+
+
+def test_the_generator_keeps_data_deps_and_templating():
+    old = [
+        "pipelines/train.py",
+        "src/attnflow/models",
+        "${paths.prepared}/${item}",
+        "src/attnflow/data/checksums.tsv",
+    ]
+    new = dvc_deps.stage_deps("train", old)
+    assert new[-2:] == ["${paths.prepared}/${item}", "src/attnflow/data/checksums.tsv"]
+    assert "src/attnflow/models" not in new and "pipelines/train.py" in new

@@ -37,11 +37,12 @@ from typing import Any
 import numpy as np
 
 from attnflow.method_inputs import EXPLAINER_INPUTS as _INPUTS
+from attnflow.methods import METHODS
 
 from ._common import check_heads, check_positions, check_residual, prepare, valid_positions
-from .causal import causal_flow, causal_rollout
 from .flow import attention_flow
 from .raw import raw_attention
+from .receptive_field import causal_flow, causal_rollout
 from .relevance import _check_options, _companion, _lrp_maps, chefer_generic
 from .rollout import attention_rollout
 
@@ -193,12 +194,15 @@ def chefer_lrp_map(
     return _take_rows(p.to_output(_lrp_maps(p, relevance, grad, heads, start, cls_self)), idx)
 
 
+def _implementation(record: Any) -> Explainer:
+    """A record's function: this module's own by name (it is still being imported), else imported."""
+    module, _, name = record.implementation.partition(":")
+    return globals()[name] if module == __name__ else record.load()
+
+
+# Every attention method of the records (attnflow.methods), in their order.
 EXPLAINERS: dict[str, Explainer] = {
-    "raw": raw_map,
-    "rollout": rollout_map,
-    "flow": flow_map,
-    "chefer": chefer_map,
-    "chefer_lrp": chefer_lrp_map,
+    r.name: _implementation(r) for r in METHODS.values() if r.kind == "attention"
 }
 
 # The inputs each method needs besides attn, as keyword arguments shaped like attn:

@@ -14,6 +14,7 @@ import numpy as np
 
 from attnflow.batches import length_batches
 from attnflow.method_inputs import method_rows
+from attnflow.methods import METHODS
 
 from .heads import head_flow, head_rollout
 from .registry import EXPLAINER_INPUTS, EXPLAINERS
@@ -100,7 +101,7 @@ def explain_batch(
         pick = method_rows(m, rows)  # the task's rows, or the classification row (class-specific)
         sources = [0] if pick == "cls" else None  # CLS only: flow costs grow with the rows asked for
         needs = {k: extra[k] for k in EXPLAINER_INPUTS[m]}  # e.g. attention gradients for chefer
-        if EXPLAINER_INPUTS[m]:  # a class-specific method: its CLS-to-CLS convention
+        if "cls_self" in METHODS[m].options:  # Chefer's rules: their CLS-to-CLS convention
             needs["cls_self"] = AUTHORS_CLS_SELF.get(m, "keep") if cls_self == "authors" else cls_self
         out[m] = _rows(EXPLAINERS[m](attn, heads=heads, rows=sources, **common, **needs), pick, lengths)
         if per_head and m in PER_HEAD:  # (B, L, H, R, T) -> (B, L, H, T)

@@ -29,15 +29,9 @@ from attnflow.models.smollm2 import (
     smollm2_dir,
 )
 
-from .explanation import (
-    GenerationExplanation,
-    explain_generation,
-    explain_generation_grid,
-    generation_table,
-    load_generations,
-    save_generations,
-)
+from .explanation import explain_generation, explain_generation_grid, generation_table
 from .faithfulness import Faithfulness, faithfulness, faithfulness_grid, removal_faithfulness
+from .result import GenerationExplanation, load_generations, save_generations
 from .study import GenerationStudy, generation_study
 
 __all__ = [

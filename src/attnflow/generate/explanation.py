@@ -36,10 +36,8 @@ True
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -56,207 +54,20 @@ from attnflow.explain import (
     sink_mode,
     uniform_baseline,
 )
-from attnflow.generate.gradient_maps import attnlrp_maps, chefer_maps
+from attnflow.generate.gradient_maps import gradient_maps
+from attnflow.generate.result import GenerationExplanation
+from attnflow.methods import METHODS, generation_methods, resolve
+
+from attnflow.generate.result import load_generations as load_generations  # isort: skip
+from attnflow.generate.result import save_generations as save_generations  # isort: skip
 
 __all__ = ["GenerationExplanation", "explain_generation", "explain_generation_grid", "generation_table"]
 
-GENERATION_METHODS = ("raw", "rollout", "flow", "chefer", "attnlrp")
-SIGNED_METHODS = ("attnlrp",)  # maps with negative evidence: normalised by the sum of |values|
+GENERATION_METHODS = tuple(r.name for r in generation_methods())  # the method records' (attnflow.methods)
+DEFAULT_METHODS = ("raw", "rollout", "flow", "chefer")  # explain_generation_grid's default
 OVER = ("prompt", "all")
 # Generated tokens explained per forward/backward of the "chefer" target (a batch of copies).
 GRAD_BATCH_SIZE = 8
-
-
-# --------------------------------------------------------------------------------------------------
-# The result
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class GenerationExplanation:
-    """What `explain_generation` returns: M per method plus everything needed to read and re-check it.
-
-    maps[method]: (n_generated, n_columns, layers) float64 -- row t explains generated token t
-    (model row rows[t] = P + t - 1); columns are the prompt tokens (over="prompt") or every token
-    of the teacher-forced sequence (over="all").
-    """
-
-    prompt: str
-    completion: str
-    prompt_tokens: list[str]  # display labels, one per prompt token
-    generated_tokens: list[str]  # display labels, one per generated token
-    columns: list[str]  # labels of M's second axis
-    maps: dict[str, np.ndarray]  # method -> (n_generated, n_columns, layers)
-    first_token_share: dict[str, np.ndarray]  # method -> (n_generated,) share of column 0, last layer
-    coverage: dict[str, np.ndarray]  # method -> (n_generated, layers) mass of the shown columns in the row
-    logprobs: np.ndarray  # (n_generated,) teacher-forced log p(g_t | prompt, g_<t)
-    rows: list[int]  # model row that predicted each generated token: P + t - 1
-    prompt_ids: list[int]
-    generated_ids: list[int]
-    sinks: np.ndarray  # (layers, heads, T) bool: the sink keys of each head, found or given (see options)
-    head_sinks: np.ndarray  # (layers, heads, T) bool: find_sinks(scope="head"), for the record
-    options: dict[str, Any] = field(default_factory=dict)
-    special_columns: list[int] = field(default_factory=list)  # columns holding special tokens
-
-    @property
-    def methods(self) -> list[str]:
-        return list(self.maps)
-
-    @property
-    def n_prompt(self) -> int:
-        return len(self.prompt_ids)
-
-    @property
-    def n_generated(self) -> int:
-        return len(self.generated_ids)
-
-    @property
-    def num_layers(self) -> int:
-        return next(iter(self.maps.values())).shape[2] if self.maps else 0
-
-    def sink_positions(self, *, per_head: bool = False) -> dict[int, float]:
-        """{position: share of the (layer, head) pairs in which it is a sink}, positions in order:
-        of the sinks handled (`sinks`), or with per_head=True of the per-head detection."""
-        mask = self.head_sinks if per_head else self.sinks
-        share = mask.reshape(-1, mask.shape[-1]).mean(axis=0)
-        return {int(j): round(float(share[j]), 4) for j in np.flatnonzero(share)}
-
-    def matrix(self, method: str | None = None, layer: int | str = "mean") -> np.ndarray:
-        """(n_generated, n_columns): M at one layer (negative counts from the top) or its mean over layers."""
-        m = self.maps[self._method(method)]
-        if layer == "mean":
-            return m.mean(axis=2)
-        if (
-            isinstance(layer, bool)
-            or not isinstance(layer, int | np.integer)
-            or not -m.shape[2] <= layer < m.shape[2]
-        ):
-            raise ValueError(
-                f"layer must be 'mean' or an index in [-{m.shape[2]}, {m.shape[2] - 1}], got {layer!r}"
-            )
-        return m[:, :, int(layer)]
-
-    def scores(self, method: str | None = None, token: int = 0, layer: int | str = "mean") -> np.ndarray:
-        """(n_columns,) attributions of generated token `token` (negative counts from the end)."""
-        mat = self.matrix(method, layer)
-        if (
-            isinstance(token, bool)
-            or not isinstance(token, int | np.integer)
-            or not -mat.shape[0] <= token < mat.shape[0]
-        ):
-            raise ValueError(
-                f"token must be an index in [-{mat.shape[0]}, {mat.shape[0] - 1}] (generated tokens), got {token!r}"
-            )
-        return mat[int(token)]
-
-    def _method(self, method: str | None) -> str:
-        if method is None:
-            return next(iter(self.maps))
-        if method not in self.maps:
-            raise ValueError(f"no method {method!r} in this explanation; it has {sorted(self.maps)}")
-        return method
-
-    # ---- files ----
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (maps as nested lists)."""
-        d = self._meta()
-        d["maps"] = {m: v.tolist() for m, v in self.maps.items()}
-        d["coverage"] = {m: v.tolist() for m, v in self.coverage.items()}
-        d["sinks"] = self.sinks.astype(int).tolist()
-        d["head_sinks"] = self.head_sinks.astype(int).tolist()
-        return d
-
-    def _meta(self) -> dict[str, Any]:
-        return {
-            "prompt": self.prompt,
-            "completion": self.completion,
-            "prompt_tokens": list(self.prompt_tokens),
-            "generated_tokens": list(self.generated_tokens),
-            "columns": list(self.columns),
-            "first_token_share": {m: v.tolist() for m, v in self.first_token_share.items()},
-            "logprobs": self.logprobs.tolist(),
-            "rows": list(self.rows),
-            "prompt_ids": list(self.prompt_ids),
-            "generated_ids": list(self.generated_ids),
-            "sink_positions": {str(k): v for k, v in self.sink_positions().items()},
-            "head_sink_positions": {str(k): v for k, v in self.sink_positions(per_head=True).items()},
-            "options": dict(self.options),
-            "special_columns": list(self.special_columns),
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> GenerationExplanation:
-        return cls(
-            prompt=d["prompt"],
-            completion=d["completion"],
-            prompt_tokens=list(d["prompt_tokens"]),
-            generated_tokens=list(d["generated_tokens"]),
-            columns=list(d["columns"]),
-            maps={m: np.asarray(v, dtype=np.float64) for m, v in d["maps"].items()},
-            first_token_share={m: np.asarray(v, dtype=np.float64) for m, v in d["first_token_share"].items()},
-            coverage={m: np.asarray(v, dtype=np.float64) for m, v in d["coverage"].items()},
-            logprobs=np.asarray(d["logprobs"], dtype=np.float64),
-            rows=list(d["rows"]),
-            prompt_ids=list(d["prompt_ids"]),
-            generated_ids=list(d["generated_ids"]),
-            sinks=np.asarray(d["sinks"], dtype=bool),
-            head_sinks=np.asarray(d["head_sinks"], dtype=bool),
-            options=dict(d.get("options") or {}),
-            special_columns=list(d.get("special_columns") or []),
-        )
-
-    def save(self, path: str | Path) -> Path:
-        """Write as ``.json`` or ``.safetensors`` (by the suffix; atomically). See `save_generations`."""
-        return save_generations([self], path)
-
-
-def save_generations(explanations: Sequence[GenerationExplanation], path: str | Path) -> Path:
-    """Write explanations to ``.json`` (a list of `to_dict`) or ``.safetensors`` (tensors
-    ``"{i}/maps/{method}"`` (n, columns, layers), ``"{i}/coverage/{method}"``, ``"{i}/sinks"``; the
-    rest as JSON in the metadata under ``"generations"``), atomically."""
-    from attnflow.io import write_bytes
-
-    path = Path(path)
-    if path.suffix == ".json":
-        return write_bytes(path, json.dumps([e.to_dict() for e in explanations], ensure_ascii=False))
-    if path.suffix == ".safetensors":
-        from safetensors.numpy import save
-
-        tensors: dict[str, np.ndarray] = {}
-        for i, e in enumerate(explanations):
-            for m, v in e.maps.items():
-                tensors[f"{i}/maps/{m}"] = np.ascontiguousarray(v, dtype=np.float32)
-                tensors[f"{i}/coverage/{m}"] = np.ascontiguousarray(e.coverage[m], dtype=np.float32)
-            tensors[f"{i}/sinks"] = np.ascontiguousarray(e.sinks, dtype=np.uint8)
-            tensors[f"{i}/head_sinks"] = np.ascontiguousarray(e.head_sinks, dtype=np.uint8)
-        meta = [dict(e._meta(), methods=e.methods) for e in explanations]
-        return write_bytes(
-            path, save(tensors, metadata={"generations": json.dumps(meta, ensure_ascii=False)})
-        )
-    raise ValueError(f"unknown file type {path.suffix!r}: use .json or .safetensors")
-
-
-def load_generations(path: str | Path) -> list[GenerationExplanation]:
-    """Read what `save_generations` wrote."""
-    path = Path(path)
-    if path.suffix == ".json":
-        return [GenerationExplanation.from_dict(d) for d in json.loads(path.read_text(encoding="utf-8"))]
-    if path.suffix == ".safetensors":
-        from safetensors import safe_open
-
-        out = []
-        with safe_open(str(path), framework="numpy") as f:
-            for i, d in enumerate(json.loads(f.metadata()["generations"])):
-                methods = d.pop("methods")
-                d["maps"] = {m: f.get_tensor(f"{i}/maps/{m}") for m in methods}
-                d["coverage"] = {m: f.get_tensor(f"{i}/coverage/{m}") for m in methods}
-                d["sinks"] = f.get_tensor(f"{i}/sinks").astype(bool)
-                d["head_sinks"] = f.get_tensor(f"{i}/head_sinks").astype(bool)
-                d.pop("sink_positions", None)
-                d.pop("head_sink_positions", None)
-                out.append(GenerationExplanation.from_dict(d))
-        return out
-    raise ValueError(f"unknown file type {path.suffix!r}: use .json or .safetensors")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -272,9 +83,9 @@ class _Run:
     generated_ids: list[int]
     attn: np.ndarray  # (L, H, T, T) float64, T = P + n - 1
     logprobs: np.ndarray  # (n,)
-    chefer: dict[str, np.ndarray]  # sink mode -> (n, L, T): R - I, row P + t - 1, target g_t
+    gradient: dict[str, dict[str, np.ndarray]]  # method -> sink mode -> (n, L, T), row P + t - 1, target g_t
     generate_kwargs: dict[str, Any]
-    attnlrp: np.ndarray | None = None  # (n, L, T): AttnLRP of logit g_t at row P + t - 1
+    model_maps: dict[str, np.ndarray] = field(default_factory=dict)  # model-level method -> (n, L, T)
 
 
 def _check_options(methods: Sequence[str], over: str, residual: float, grad_batch_size: int) -> list[str]:
@@ -456,15 +267,15 @@ def _explanation(
     coverage: dict[str, np.ndarray] = {}
     first: dict[str, np.ndarray] = {}
     for name in methods:
-        if name == "chefer":
-            full = run.chefer[mode]  # (n, L, T)
-        elif name == "attnlrp":
-            full = run.attnlrp  # (n, L, T), signed; the same under every sink / receptive-field option
+        if name in run.gradient:
+            full = run.gradient[name][mode]  # (n, L, T)
+        elif name in run.model_maps:
+            full = run.model_maps[name]  # (n, L, T); the same under every sink / receptive-field option
         else:
             m = _method_rows(name, run.attn, rows, residual=residual, heads=heads, mode=mode,
                              sink_mask=sink_mask, receptive_field=receptive_field)  # fmt: skip
             full = np.transpose(np.asarray(m, dtype=np.float64), (1, 0, 2))  # (L, n, T) -> (n, L, T)
-        size = np.abs(full) if name in SIGNED_METHODS else full  # shares of |relevance| for signed maps
+        size = np.abs(full) if METHODS[name].signed else full  # shares of |relevance| for signed maps
         total = size.sum(axis=-1)  # (n, L)
         shown = full[:, :, :ncols]  # (n, L, cols)
         mass = size[:, :, :ncols].sum(axis=-1)  # (n, L)
@@ -564,7 +375,7 @@ def explain_generation_grid(
     prompt: str,
     *,
     max_new_tokens: int = 20,
-    methods: str | Sequence[str] = GENERATION_METHODS,
+    methods: str | Sequence[str] = DEFAULT_METHODS,
     sinks: Sequence[str] = ("none", "drop", "diagonal"),
     receptive_fields: Sequence[str] = RECEPTIVE_FIELDS,
     sink_positions: Any = "auto",
@@ -607,11 +418,11 @@ def explain_generation_grid(
         find_sinks(run.attn, threshold=sink_threshold, min_rows=sink_min_rows, scope="head", causal=True),
         dtype=bool,
     )
-    if "chefer" in names:
+    needing_grad = [m for m in names if METHODS[m].kind == "attention" and METHODS[m].needs]
+    if needing_grad:
         modes = list(dict.fromkeys(sink_mode(s) for s in sinks))
-        run.chefer = chefer_maps(model, run, modes, mask, grad_batch_size)
-    if "attnlrp" in names:
-        run.attnlrp = attnlrp_maps(model, run)
+        run.gradient = gradient_maps(model, run, needing_grad, modes, mask, grad_batch_size)
+    run.model_maps = {m: resolve(METHODS[m].generator)(model, run) for m in names if METHODS[m].kind == "model"}
     out = {}
     for s in sinks:
         for f in fields:

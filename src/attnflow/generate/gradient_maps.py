@@ -1,4 +1,5 @@
-"""The gradient-based maps of a generation: Chefer's generic rule and AttnLRP per generated token.
+"""The gradient-based maps of a generation: the attention-gradient methods (Chefer's generic rule,
+Grad-SAM, ...) and AttnLRP, per generated token.
 
 Both explain token g_t by its logit at row P + t - 1 of the teacher-forced sequence
 prompt + g_0 .. g_{n-2} (see attnflow.generate.explanation), and return (n, L, T) maps.
@@ -13,30 +14,35 @@ import numpy as np
 
 from attnflow.explain import EXPLAINERS, remove_sinks
 
-__all__ = ["attnlrp_maps", "chefer_maps"]
+__all__ = ["attnlrp_maps", "gradient_maps"]
 
 
-def chefer_maps(
-    model: Any, run: Any, modes: Sequence[str], sink_mask: np.ndarray, grad_batch_size: int
-) -> dict[str, np.ndarray]:
-    """{sink mode: (n, L, T)} Chefer's generic rule per generated token, R - I of row P + t - 1.
+def gradient_maps(
+    model: Any, run: Any, methods: Sequence[str], modes: Sequence[str], sink_mask: np.ndarray, grad_batch_size: int
+) -> dict[str, dict[str, np.ndarray]]:
+    """{method: {sink mode: (n, L, T)}} for the attention methods that need the attention gradient
+    (Chefer's generic rule, Grad-SAM, ...: their records' ``needs``), row P + t - 1 per generated token.
 
     The target of token t is its logit at row P + t - 1. grad_batch_size tokens per forward and
     backward: a batch of copies of the sequence, copy b scoring its own token, so the summed
-    scores give each copy its own gradient (samples do not interact). With a sink mode the rule
+    scores give each copy its own gradient (samples do not interact). With a sink mode the method
     runs on the sink-handled attention (the gradient stays that of the model's attention):
-    R <- R + mean_h[(grad A * A')+] R, A' = remove_sinks(A).
+    A' = remove_sinks(A). A method whose record has an identity term (Chefer: R = I + ...) is
+    shown as R - I, the explained token's self-relevance before any attention left out; maps are
+    clipped at 0.
     """
     import torch
 
     from attnflow.hf import _model_device, forward_attentions
+    from attnflow.methods import METHODS
 
     device = _model_device(model)
     p, n = len(run.prompt_ids), len(run.generated_ids)
     seq = torch.tensor([run.prompt_ids + run.generated_ids[:-1]], device=device)  # (1, T)
     rows = torch.arange(p - 1, p - 1 + n, device=device)
     targets = torch.tensor(run.generated_ids, device=device)
-    maps = {mode: np.zeros((n, run.attn.shape[0], run.attn.shape[-1])) for mode in modes}  # (n, L, T)
+    shape = (n, run.attn.shape[0], run.attn.shape[-1])  # (n, L, T)
+    maps = {m: {mode: np.zeros(shape) for mode in modes} for m in methods}
     for start in range(0, n, grad_batch_size):
         stop = min(start + grad_batch_size, n)
         r, g = rows[start:stop], targets[start:stop]
@@ -49,9 +55,11 @@ def chefer_maps(
             row = int(r[b])
             for mode in modes:
                 ab = a[b] if mode == "none" else remove_sinks(a[b], mode=mode, sinks=sink_mask)
-                rel = np.array(EXPLAINERS["chefer"](ab, attn_grad=grad[b], rows=[row])[:, 0, :])  # (L, T)
-                rel[:, row] -= 1.0  # R - I: the identity's self-relevance left out
-                maps[mode][start + b] = np.clip(rel, 0.0, None)
+                for m in methods:
+                    rel = np.array(EXPLAINERS[m](ab, attn_grad=grad[b], rows=[row])[:, 0, :])  # (L, T)
+                    if METHODS[m].identity:
+                        rel[:, row] -= 1.0  # R - I: the identity's self-relevance left out
+                    maps[m][mode][start + b] = np.clip(rel, 0.0, None)
     return maps
 
 

@@ -189,6 +189,21 @@ def curves_frame(table: pd.DataFrame, importance: str) -> pd.DataFrame:
     return wide[list(dict.fromkeys(rows["method"]))].reset_index()
 
 
+def perturbation_curves_frame(curves: pd.DataFrame, protocol: str) -> pd.DataFrame:
+    """The predicted class's probability per perturbed fraction, one column per method (at the last
+    layer; references and the random floor have no layer), for one protocol (a DVC plot).
+
+    >>> c = pd.DataFrame({"method": ["flow", "flow", "random", "random"], "layer": [2, 2, None, None],
+    ...                   "protocol": "positive", "fraction": [0.0, 1.0, 0.0, 1.0], "prob": [.9, .5, .9, .7]})
+    >>> perturbation_curves_frame(c, "positive").to_dict("list")
+    {'fraction': [0.0, 1.0], 'flow': [0.9, 0.5], 'random': [0.9, 0.7]}
+    """
+    rows = curves[curves["protocol"] == protocol]
+    rows = rows[rows["layer"].isna() | (rows["layer"] == rows["layer"].max())]
+    wide = rows.pivot(index="fraction", columns="method", values="prob").round(6)
+    return wide[list(dict.fromkeys(rows["method"]))].reset_index().rename_axis(columns=None)
+
+
 def _plain(x: Any) -> Any:
     """numpy / pandas scalars to Python numbers (nan kept; the JSON writer makes it null)."""
     if x is pd.NA or x is None:

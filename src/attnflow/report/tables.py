@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from attnflow.methods import labels as method_labels
+
 from .paper import PaperTable
 
 __all__ = [
@@ -38,13 +40,7 @@ __all__ = [
     "to_markdown",
 ]
 
-EXPLAINER_LABELS = {
-    "raw": "Raw",
-    "rollout": "Rollout",
-    "flow": "Flow",
-    "chefer": "Chefer (generic)",
-    "chefer_lrp": "Chefer (LRP)",
-}
+EXPLAINER_LABELS = method_labels()  # every method's display name, from its record (attnflow.methods)
 IMPORTANCE_LABELS = {"blank_out": "blank-out", "input_gradients": "input gradients"}
 DIGITS = 2  # the paper prints two decimals
 

@@ -14,7 +14,7 @@ from ..tables import EXPLAINER_LABELS, Grid, fmt_mean_std
 
 LABELS = {**EXPLAINER_LABELS, "blank_out": "blank-out (reference)", "input_gradients": "input gradients (reference)",
           "input_x_gradient": "input × gradient", "integrated_gradients": "integrated gradients (captum)",
-          "attnlrp": "AttnLRP", RANDOM: "random (floor)"}  # fmt: skip
+          RANDOM: "random (floor)"}  # fmt: skip
 METRICS = {
     "comprehensiveness": "comprehensiveness ↑",
     "sufficiency": "sufficiency ↓",

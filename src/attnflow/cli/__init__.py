@@ -1,0 +1,68 @@
+"""The ``attnflow`` command line: explain a Hugging Face model's predictions from the terminal.
+
+    attnflow explain --model minilm --text "a gripping, funny film" --method flow --out out/
+
+Verbs are argparse sub-commands, each registered by an ``_add_<verb>(subparsers)`` function that
+sets ``func`` (`attnflow.cli.explain`, `attnflow.cli.generate`); shared pieces (device choice,
+model loading, output formats, the error type that exits with code 2) are helpers in
+`attnflow.cli.common` and `attnflow.cli.inputs` that another verb can reuse. torch and
+transformers are imported inside the verbs, so ``attnflow --help`` starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from attnflow.cli.common import CLIError, HelpFormatter
+from attnflow.cli.explain import _add_explain
+from attnflow.cli.generate import _add_generate
+from attnflow.cli.inputs import terminal_text
+
+# Names tests and scripts read from attnflow.cli.
+from attnflow.cli.generate import GENERATE_METHODS as GENERATE_METHODS  # isort: skip
+from attnflow.cli.generate import GENERATED_ROWS_PER_PAGE as GENERATED_ROWS_PER_PAGE  # isort: skip
+
+__all__ = ["CLIError", "HelpFormatter", "build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from attnflow import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="attnflow",
+        description="Attention rollout and attention flow for Hugging Face models (Abnar & Zuidema 2020).",
+    )
+    parser.add_argument("--version", action="version", version=f"attnflow {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    sub = parser.add_subparsers(dest="command", metavar="VERB", required=True)
+    _add_explain(sub)
+    _add_generate(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (0 ok, 2 bad input)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    debug = args.debug or os.environ.get("ATTNFLOW_DEBUG", "") not in ("", "0")
+    try:
+        return int(args.func(args) or 0)
+    except CLIError as exc:
+        if debug:
+            raise
+        print(f"attnflow {args.command}: error: {terminal_text(str(exc))}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        from attnflow._extras import extra_hint
+
+        hint = extra_hint(exc.name)
+        if debug or hint is None:
+            raise
+        print(f"attnflow {args.command}: error: {exc.name!r} is not installed: {hint}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

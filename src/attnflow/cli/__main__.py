@@ -1,0 +1,5 @@
+"""``python -m attnflow.cli``: the same as the ``attnflow`` command."""
+
+from attnflow.cli import main
+
+raise SystemExit(main())

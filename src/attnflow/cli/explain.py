@@ -1,0 +1,178 @@
+"""``attnflow explain``: token attributions (raw attention, rollout, flow, ...) of a model's prediction."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from attnflow.cli.common import (
+    DEFAULT_FORMATS,
+    DEFAULT_METHODS,
+    FORMATS,
+    MANY_FORMATS,
+    PNG_INPUTS,
+    ROW_CHOICES,
+    TABLE_INPUTS,
+    CLIError,
+    HelpFormatter,
+    _quiet_transformers,
+    layer_index,
+    load,
+    parse_formats,
+    parse_layer,
+    parse_methods,
+    parse_rows,
+    resolve_device,
+)
+from attnflow.cli.inputs import (
+    _write_error,
+    check_encoding,
+    check_out,
+    read_inputs,
+    said_written,
+    terminal_text,
+    write_data,
+)
+
+
+def _add_explain(sub: Any) -> None:
+    p = sub.add_parser(
+        "explain",
+        help="token attributions (raw attention, rollout, flow) of a model's prediction",
+        description=(
+            "Explain what a Hugging Face model attends to: per method and layer, how much each input "
+            "token contributes to the explained row ([CLS] for encoders, the last token for language "
+            "models). Prints a token table; writes a PNG heatmap, an HTML page and/or the maps."
+        ),
+        formatter_class=HelpFormatter,
+    )
+    p.add_argument("--model", required=True, help="hub name, local folder, or 'minilm' (packaged MiniLM)")
+    p.add_argument("--text", action="append", help="text to explain (repeat for several)")
+    p.add_argument("--file", help="explain every non-empty line of this file ('-' = stdin)")
+    p.add_argument("--encoding", default="utf-8", help="text encoding of --file")
+    p.add_argument(
+        "--method",
+        default=DEFAULT_METHODS,
+        help="comma-separated methods: raw, rollout, flow, chefer, chefer_lrp, attnlrp, ...",
+    )
+    p.add_argument(
+        "--layer",
+        default="-1",
+        help="layer shown in the table: 1 = the first (as L1 in every table and figure); -1 = the last",
+    )
+    p.add_argument(
+        "--rows", default="auto", help=f"query row explained: {', '.join(ROW_CHOICES)} or a token index"
+    )
+    p.add_argument("--residual", type=float, default=0.5, help="residual weight: A = (1-r) W + r I")
+    p.add_argument("--merge-words", action="store_true", help="merge word pieces into words (scores summed)")
+    p.add_argument(
+        "--truncate", action="store_true", help="cut texts longer than the model takes instead of failing"
+    )
+    p.add_argument("--out", help="folder for the files (none written without it)")
+    p.add_argument(
+        "--format",
+        help=f"comma-separated: {', '.join(FORMATS)} (default: {DEFAULT_FORMATS}; {MANY_FORMATS} for more than "
+        f"{PNG_INPUTS} inputs)",
+    )
+    p.add_argument(
+        "--scale",
+        choices=("panel", "row"),
+        default="panel",
+        help="PNG shading: one 0..max scale per method, or relative to each layer's largest score",
+    )
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto (GPU when present)")
+    p.add_argument("--batch-size", type=int, default=32, help="texts per forward")
+    p.add_argument(
+        "--table",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=f"print the token table (default: on for up to {TABLE_INPUTS} inputs)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no table, no progress bar")
+    p.set_defaults(func=cmd_explain)
+
+
+def _png_name(i: int, n: int) -> str:
+    return "explain.png" if n == 1 else f"explain_{i + 1:0{len(str(n))}d}.png"
+
+
+def _summary(e: Any) -> str:
+    from attnflow.display import row_text
+
+    parts = [f"layer {e.layer + 1}/{e.num_layers}", row_text(e)]
+    if e.label is not None:
+        parts.append(f"prediction: {e.label!r}" if isinstance(e.label, str) else f"prediction: {e.label}")
+    return " · ".join(parts)
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    methods = parse_methods(args.method)
+    rows = parse_rows(args.rows)
+    layer = parse_layer(args.layer)
+    texts = read_inputs(args.text, args.file, encoding=check_encoding(args.encoding))
+    formats = parse_formats(args.format or (DEFAULT_FORMATS if len(texts) <= PNG_INPUTS else MANY_FORMATS))
+    if args.batch_size < 1:
+        raise CLIError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if not 0.0 <= args.residual <= 1.0:
+        raise CLIError(f"--residual must be in [0, 1], got {args.residual}")
+    if args.out is not None:
+        check_out(args.out)
+
+    _quiet_transformers()
+    from attnflow.display import explanation_figure, explanation_item
+    from attnflow.hf import AttentionUnavailableError, NoOutputHeadError, explain_texts, save_explanations
+    from attnflow.viz import save_png, token_table, write_html
+
+    device = resolve_device(args.device)
+    model, tokenizer = load(args.model, device)
+    if not callable(getattr(tokenizer, "convert_ids_to_tokens", None)):
+        raise CLIError(f"--model {args.model}: it takes images, not text (use attnflow.explain_image)")
+    try:
+        explanations = explain_texts(
+            model, tokenizer, texts, methods=methods, layer=-1, rows=rows, residual=args.residual,
+            merge=args.merge_words, truncate=args.truncate, batch_size=args.batch_size,
+            progress=len(texts) > 1 and not args.quiet,
+        )  # fmt: skip
+    except AttentionUnavailableError as exc:
+        raise CLIError(f"--model {args.model}: {exc}") from None
+    except NoOutputHeadError:
+        raise CLIError(
+            f"--method {args.method}: a gradient-based method explains a prediction, and --model {args.model} "
+            f"({type(model).__name__}) has no output head (no logits); use a classifier or a language model"
+        ) from None
+    except (
+        ValueError
+    ) as exc:  # bad input found by the library (too long, bad layer, ...); --debug shows where
+        raise CLIError(str(exc)) from exc
+
+    for e in explanations:  # the layer shown, 1-based on the command line
+        e.layer = int(layer_index(layer, e.num_layers))
+    show_table = args.table if args.table is not None else len(texts) <= TABLE_INPUTS
+    if show_table and not args.quiet:
+        for i, e in enumerate(explanations):
+            text = terminal_text(e.text or "")
+            head = f"[{i + 1}] {text}" if len(texts) > 1 else text
+            scores = {m: e.scores(m) for m in methods}
+            muted = e.meta.get("special", [])
+            title = f"{head}\n{_summary(e)}" + ("  (░: special token, off the bar scale)" if muted else "")
+            print(token_table(e.tokens, scores, title=title, muted=muted))
+            print()
+
+    if args.out is None:
+        return 0
+    out = Path(args.out)
+    try:
+        written: list[Path] = []
+        name = Path(args.model).name or args.model
+        if "png" in formats:
+            for i, e in enumerate(explanations):
+                fig = explanation_figure(e, methods=methods, name=name, scale=args.scale)
+                written.append(save_png(out / _png_name(i, len(explanations)), fig))
+        if "html" in formats:
+            items = [explanation_item(e, methods=methods, name=name) for e in explanations]
+            written.append(write_html(out / "explain.html", items, title=f"attnflow explain · {name}"))
+        written += write_data(save_explanations, explanations, out, "explain", formats)
+    except OSError as exc:  # checked by check_out; a disk may still fill or a folder vanish
+        raise _write_error(out, exc) from None
+    return said_written(written, quiet=args.quiet)

@@ -1,0 +1,298 @@
+"""``attnflow generate``: rollout, flow and relevance of every token a decoder-only LM generates."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from attnflow.cli.common import (
+    DEFAULT_FORMATS,
+    FORMATS,
+    CLIError,
+    HelpFormatter,
+    _quiet_transformers,
+    layer_index,
+    load,
+    parse_formats,
+    parse_layer,
+    resolve_device,
+)
+from attnflow.cli.inputs import _write_error, check_encoding, check_out, read_inputs, said_written, write_data
+from attnflow.methods import generation_methods
+
+GENERATE_METHODS = tuple(r.name for r in generation_methods())  # the method records (attnflow.methods)
+GENERATED_ROWS_PER_PAGE = 40  # rows of one generation PNG page (keeps it under viz.MAX_PNG_PIXELS)
+SINK_CHOICES = ("auto", "none", "drop", "diagonal")
+RECEPTIVE_FIELD_CHOICES = ("none", "uniform", "column")
+
+
+def _add_generate(sub: Any) -> None:
+    p = sub.add_parser(
+        "generate",
+        help="rollout / flow over the prompt for every token a language model generates",
+        description=(
+            "Generate a completion with a decoder-only language model, then explain each generated token "
+            "by the row that predicted it: per method and layer, how much each prompt token contributes "
+            "(Deb 2021's M [generated, prompt, layer]). Prints a token table for one generated token; "
+            "writes a PNG heatmap (generated x prompt per method, and layer x prompt for that token), "
+            "an HTML page and/or the maps."
+        ),
+        formatter_class=HelpFormatter,
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        help="hub name, local folder, or 'smollm2' (the packaged SmolLM2-135M-Instruct)",
+    )
+    p.add_argument("--prompt", action="append", help="prompt to complete (repeat for several)")
+    p.add_argument("--file", help="one prompt per non-empty line of this file ('-' = stdin)")
+    p.add_argument("--encoding", default="utf-8", help="text encoding of --file")
+    p.add_argument("--max-new-tokens", type=int, default=20, help="tokens to generate")
+    p.add_argument("--method", default="rollout", help=f"comma-separated: {', '.join(GENERATE_METHODS)}")
+    p.add_argument(
+        "--sinks",
+        choices=SINK_CHOICES,
+        default="auto",
+        help="attention sinks: auto (= diagonal at the sinks found), none (plain, as Deb 2021), drop, diagonal",
+    )
+    p.add_argument(
+        "--receptive-field",
+        choices=RECEPTIVE_FIELD_CHOICES,
+        default="none",
+        help="receptive-field normalisation of raw / rollout / flow",
+    )
+    p.add_argument(
+        "--over",
+        choices=("prompt", "all"),
+        default="prompt",
+        help="columns: the prompt or every earlier token",
+    )
+    p.add_argument("--residual", type=float, default=0.5, help="residual weight: A = (1-r) W + r I")
+    p.add_argument(
+        "--token",
+        type=int,
+        default=0,
+        help="generated token shown in the table (negative counts from the end)",
+    )
+    p.add_argument(
+        "--layer", default="mean", help="layer shown: 'mean' over layers (as Deb 2021) or an index"
+    )
+    p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
+    p.add_argument("--temperature", type=float, help="sampling temperature (with --sample)")
+    p.add_argument("--top-k", type=int, help="top-k sampling (with --sample)")
+    p.add_argument("--top-p", type=float, help="nucleus sampling (with --sample)")
+    p.add_argument("--seed", type=int, help="seed for sampling")
+    p.add_argument(
+        "--faithfulness",
+        help="comma-separated k values: print the log-prob drop when the k top-ranked prompt tokens are "
+        "deleted vs k random ones (e.g. 1,3)",
+    )
+    p.add_argument("--out", help="folder for the files (none written without it)")
+    p.add_argument("--format", default=DEFAULT_FORMATS, help=f"comma-separated: {', '.join(FORMATS)}")
+    p.add_argument(
+        "--scale",
+        choices=("panel", "row"),
+        default="row",
+        help="PNG shading: one 0..max scale per method, or relative to each row's largest score",
+    )
+    p.add_argument(
+        "--cache-dir", help="where 'smollm2' is converted on first use (default: ~/.cache/attnflow)"
+    )
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto (GPU when present)")
+    p.add_argument("--quiet", action="store_true", help="no table")
+    p.set_defaults(func=cmd_generate)
+
+
+def _parse_ks(text: str | None) -> list[int]:
+    if text is None:
+        return []
+    try:
+        ks = [int(k) for k in text.split(",") if k.strip()]
+    except ValueError:
+        raise CLIError(f"--faithfulness {text!r}: comma-separated whole numbers, e.g. 1,3") from None
+    if not ks or min(ks) < 1:
+        raise CLIError(f"--faithfulness {text!r}: comma-separated numbers >= 1, e.g. 1,3")
+    return ks
+
+
+def _generate_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"do_sample": bool(args.sample)}
+    for key in ("temperature", "top_k", "top_p"):
+        value = getattr(args, key)
+        if value is not None:
+            if not args.sample:
+                raise CLIError(f"--{key.replace('_', '-')} needs --sample (greedy decoding ignores it)")
+            kwargs[key] = value
+    return kwargs
+
+
+def _layer_text(layer: int | str, n_layers: int) -> str:
+    return (
+        f"mean over {n_layers} layers" if layer == "mean" else f"layer {int(layer) % n_layers + 1}/{n_layers}"
+    )
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    methods = [m.strip() for m in args.method.split(",") if m.strip()]
+    bad = [m for m in methods if m not in GENERATE_METHODS]
+    if bad or not methods:
+        raise CLIError(
+            f"unknown method {', '.join(bad) or repr(args.method)}; choose from {', '.join(GENERATE_METHODS)}"
+        )
+    methods = list(dict.fromkeys(methods))
+    try:
+        prompts = read_inputs(
+            args.prompt, args.file, option="--prompt", encoding=check_encoding(args.encoding)
+        )
+    except CLIError as exc:
+        if not str(exc).startswith("nothing to explain:"):
+            raise
+        raise CLIError(
+            "nothing to complete: pass --prompt TEXT or --file FILE (one prompt per line)"
+        ) from None
+    formats = parse_formats(args.format)
+    layer = parse_layer(args.layer, mean=True)
+    ks = _parse_ks(args.faithfulness)
+    if args.max_new_tokens < 1:
+        raise CLIError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if not 0.0 <= args.residual <= 1.0:
+        raise CLIError(f"--residual must be in [0, 1], got {args.residual}")
+    gen_kwargs = _generate_kwargs(args)
+    if args.out is not None:
+        check_out(args.out)
+
+    _quiet_transformers()
+    from attnflow.display import layer_labels
+    from attnflow.generate import SMOLLM2, explain_generation, faithfulness, resolve_lm
+    from attnflow.generate.explanation import save_generations
+    from attnflow.hf import AttentionUnavailableError, check_vocabulary
+    from attnflow.viz import page_slices, shorten, token_table, write_html, write_png
+
+    device = resolve_device(args.device)
+    name = args.model
+    if name == SMOLLM2:
+        try:
+            name = resolve_lm(name, cache=args.cache_dir)
+        except ImportError as exc:
+            raise CLIError(f"--model {args.model}: {exc}") from None
+    model, tokenizer = load(name, device)
+    if not callable(getattr(tokenizer, "convert_ids_to_tokens", None)):
+        raise CLIError(f"--model {args.model}: it takes images, not text")
+    can_generate = getattr(model, "can_generate", None)
+    if not (callable(can_generate) and can_generate()) or getattr(model.config, "is_encoder_decoder", False):
+        raise CLIError(f"--model {args.model}: {type(model).__name__} is not a decoder-only language model")
+    try:
+        check_vocabulary(tokenizer, prompts)
+    except ValueError as exc:
+        raise CLIError(f"--model {args.model}: {exc}") from None
+    explanations = []
+    checks = []
+    for prompt in prompts:
+        try:
+            e = explain_generation(
+                model, tokenizer, prompt, max_new_tokens=args.max_new_tokens, methods=methods, sinks=args.sinks,
+                receptive_field=args.receptive_field, over=args.over, residual=args.residual,
+                generate_kwargs=gen_kwargs, seed=args.seed,
+            )  # fmt: skip
+            explanations.append(e)
+            usable = [k for k in ks if k < e.n_prompt]  # at least one prompt token must stay
+            checks.append(faithfulness(model, e, ks=usable, seed=args.seed or 0) if usable else None)
+        except AttentionUnavailableError as exc:
+            raise CLIError(f"--model {args.model}: {exc}") from None
+        except ValueError as exc:
+            raise CLIError(str(exc)) from exc
+        except TypeError as exc:  # a model without generate / logits
+            raise CLIError(f"--model {args.model}: cannot generate with it ({exc})") from None
+
+    for e in explanations:
+        n = e.n_generated
+        if not -n <= args.token < n:
+            raise CLIError(f"--token {args.token}: the completion has {n} generated tokens (use 0..{n - 1})")
+    if explanations:  # one model: one layer count
+        layer = layer_index(layer, explanations[0].num_layers)
+
+    if not args.quiet:
+        for i, (e, check) in enumerate(zip(explanations, checks, strict=True)):
+            t = args.token % e.n_generated
+            head = f"[{i + 1}] " if len(explanations) > 1 else ""
+            sinks = e.options["sink_keys"] if e.options["sink_mode"] != "none" else "off"
+            title = (
+                f"{head}{e.prompt!r} -> {e.completion!r}\n"
+                f"generated token {t}: {e.generated_tokens[t]!r} (row {e.rows[t]}) · {_layer_text(layer, e.num_layers)}"
+                f" · sinks {e.options['sinks']} {sinks} · receptive field {e.options['receptive_field']}"
+            )
+            scores = {m: e.scores(m, t, layer) for m in methods}
+            print(token_table(e.columns, scores, title=title, muted=e.special_columns))
+            share = ", ".join(f"{m} {float(e.first_token_share[m].mean()):.3f}" for m in methods)
+            print(f"first-token share (last layer, mean over generated tokens): {share}")
+            if check is not None:
+                summary = check.summary()
+                for k in sorted({r["k"] for r in check.records}):
+                    cells = ", ".join(
+                        f"{m} {summary[m][k]:+.3f}" for m in [*methods, "random"] if m in summary
+                    )
+                    print(f"log-prob drop, {k} prompt token(s) deleted (mean over generated tokens): {cells}")
+            print()
+
+    if args.out is None:
+        return 0
+    out = Path(args.out)
+    try:
+        written: list[Path] = []
+        label = Path(args.model).name or args.model
+        many = len(explanations) > 1
+        for i, e in enumerate(explanations):
+            stem = f"generate_{i + 1:0{len(str(len(explanations)))}d}" if many else "generate"
+            t = args.token % e.n_generated
+            rows = [f"{k}: {tok}" for k, tok in enumerate(e.generated_tokens)]
+            opts = f"sinks {e.options['sinks']} · receptive field {e.options['receptive_field']}"
+            sub = f"{label} · {_layer_text(layer, e.num_layers)} · {opts}"
+            columns = "prompt token" if e.options["over"] == "prompt" else "token"
+            if "png" in formats:
+                pages = page_slices(len(rows), GENERATED_ROWS_PER_PAGE)
+                for k, page in enumerate(pages):
+                    part = f" · generated tokens {page.start}-{page.stop - 1}" if len(pages) > 1 else ""
+                    written.append(
+                        write_png(
+                            out / (f"{stem}.png" if len(pages) == 1 else f"{stem}_page{k + 1}.png"),
+                            {m: e.matrix(m, layer)[page] for m in methods}, columns=e.columns, rows=rows[page],
+                            row_name="generated token", column_name=columns,
+                            scale=args.scale, muted_columns=e.special_columns,
+                            title=f"“{shorten(e.prompt)}” → “{shorten(e.completion, 60)}”\n{sub}{part}",
+                        )
+                    )  # fmt: skip
+                written.append(
+                    write_png(
+                        out / f"{stem}_token{t}.png", {m: e.maps[m][t].T for m in methods}, columns=e.columns,
+                        rows=layer_labels(e.num_layers), row_name="layer", column_name=columns, scale=args.scale,
+                        muted_columns=e.special_columns,
+                        title=f"“{shorten(e.prompt)}” → {e.generated_tokens[t]!r} (generated token {t})\n{label} · {opts}",
+                    )
+                )  # fmt: skip
+        if "html" in formats:
+            items = [
+                {
+                    "title": f"{e.prompt} → {e.completion}",
+                    "subtitle": f"{label} · {_layer_text(layer, e.num_layers)} · sinks {e.options['sinks']} · receptive field {e.options['receptive_field']}",
+                    "columns": e.columns,
+                    "rows": [f"{k}: {tok}" for k, tok in enumerate(e.generated_tokens)],
+                    "maps": {m: e.matrix(m, layer) for m in methods},
+                    "row": args.token % e.n_generated,
+                    "method": methods[-1],
+                    "muted": e.special_columns,
+                }
+                for e in explanations
+            ]
+            written.append(
+                write_html(
+                    out / "generate.html",
+                    items,
+                    title=f"attnflow generate · {label}",
+                    row_name="generated token",
+                )
+            )
+        written += write_data(save_generations, explanations, out, "generate", formats)
+    except OSError as exc:  # checked by check_out; a disk may still fill or a folder vanish
+        raise _write_error(out, exc) from None
+    return said_written(written, quiet=args.quiet)

@@ -1,0 +1,159 @@
+"""Reading the inputs (``--text``, ``--file``, stdin; their encodings), printing them safely to a
+terminal, and checking the ``--out`` folder before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from attnflow.cli.common import CLIError
+
+
+def terminal_text(text: str) -> str:
+    """`text` safe to print: control characters (ESC, BEL, CR, newlines...) shown as \\xNN escapes,
+    so an input cannot move the cursor, retitle the window or hide what was printed.
+
+    >>> terminal_text("a\\x1b[31mb")
+    'a\\\\x1b[31mb'
+    """
+    return "".join(ch if ch.isprintable() else _escape(ord(ch)) for ch in text)
+
+
+def _escape(code: int) -> str:
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def _blank(text: str) -> bool:
+    """Nothing to explain: only whitespace and invisible (control / format) characters."""
+    return not any(ch.isprintable() and not ch.isspace() for ch in text)
+
+
+def check_encoding(name: str) -> str:
+    """--encoding: a codec Python knows."""
+    try:
+        return codecs.lookup(name).name
+    except LookupError:
+        raise CLIError(f"--encoding {name}: unknown text encoding (e.g. utf-8, latin-1, cp1252)") from None
+
+
+def _decode(data: bytes, name: str, encoding: str) -> str:
+    """The bytes of --file as text; a byte that is not `encoding` is named by line and offset."""
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - data.rfind(b"\n", 0, exc.start)  # 1-based, in bytes
+        raise CLIError(
+            f"--file {name}: not {encoding} text: line {line}, byte offset {exc.start} (byte {column} of the "
+            f"line) is 0x{data[exc.start]:02x}; pass the file's encoding, e.g. --encoding latin-1"
+        ) from None
+    return text.removeprefix("\ufeff")  # a byte-order mark is no part of the first input
+
+
+def read_inputs(
+    texts: Sequence[str] | None, file: str | None, *, option: str = "--text", encoding: str = "utf-8"
+) -> list[str]:
+    """The --text values, then the non-empty lines of --file ('-' = stdin) decoded as `encoding`.
+
+    A --text that is empty or only whitespace / invisible characters is refused. In a file, blank
+    lines separate inputs and are skipped; a line of only invisible characters (e.g. control
+    bytes) is refused by its number, and so is a file with no text at all.
+    """
+    nothing = "nothing to complete" if option == "--prompt" else "nothing to explain"
+    out = []
+    for i, text in enumerate(texts or []):
+        if _blank(text):
+            which = f" (the {_ordinal(i + 1)})" if len(texts or []) > 1 else ""
+            raise CLIError(
+                f"{option} {terminal_text(repr(text))}{which}: {nothing} (empty or only whitespace)"
+            )
+        out.append(text)
+    if file is not None:
+        if file == "-":
+            name, data = "-", sys.stdin.buffer.read()
+        else:
+            path = Path(file)
+            if not path.is_file():
+                raise CLIError(f"--file {file}: no such file")
+            try:
+                name, data = file, path.read_bytes()
+            except OSError as exc:
+                raise CLIError(f"--file {file}: cannot read it ({exc.strerror or exc})") from None
+        lines = _decode(data, name, encoding).splitlines()
+        kept = []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue  # a blank line separates inputs
+            if _blank(line):
+                raise CLIError(
+                    f"--file {name}: line {number} holds only invisible characters "
+                    f"({terminal_text(repr(line))}); {nothing}"
+                )
+            kept.append(line.strip())
+        if not kept:
+            raise CLIError(
+                f"--file {name}: no text in it ({len(lines)} lines, all blank); one input per line"
+            )
+        out += kept
+    if not out:
+        raise CLIError("nothing to explain: pass --text TEXT or --file FILE (one input per line)")
+    return out
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def check_out(out: str) -> Path:
+    """--out as a folder that exists or can be made, and takes files; refused in one line otherwise.
+
+    Checked before the model loads; nothing is created here.
+    """
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise CLIError(f"--out {out}: a file is there; expected a folder (existing or new) for the outputs")
+    anchor = path.absolute()
+    while not anchor.exists() and anchor != anchor.parent:
+        anchor = anchor.parent  # the nearest existing folder, where the missing ones would be made
+    if not anchor.is_dir():
+        raise CLIError(
+            f"--out {out}: {anchor} is a file, so no folder can be made under it; expected a folder"
+        )
+    if not os.access(anchor, os.W_OK | os.X_OK) or not _can_create_in(anchor):
+        what = "the folder" if anchor == path.absolute() else f"its nearest existing folder {anchor}"
+        raise CLIError(f"--out {out}: {what} is read-only; expected a folder where files can be written")
+    return path
+
+
+def _can_create_in(folder: Path) -> bool:
+    """A file can be made in `folder` (root passes mode checks, but not a read-only file system)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
+
+
+def _write_error(out: Path, exc: OSError) -> CLIError:
+    """An OSError while writing the outputs, as one line naming the path."""
+    where = exc.filename or out
+    return CLIError(f"--out {out}: cannot write {where} ({exc.strerror or exc}); expected a writable folder")
+
+
+def write_data(save: Any, results: Sequence[Any], out: Path, verb: str, formats: Sequence[str]) -> list[Path]:
+    """`save(results, out / "<verb>.<fmt>")` for each data format asked for (json, then safetensors)."""
+    return [save(results, out / f"{verb}.{fmt}") for fmt in ("json", "safetensors") if fmt in formats]
+
+
+def said_written(written: Sequence[Path], *, quiet: bool) -> int:
+    """Say on stderr which files were written (the first five, then a count); the exit code, 0."""
+    if not quiet:
+        shown = written if len(written) <= 6 else [*written[:5], f"... ({len(written)} files)"]
+        print("wrote " + ", ".join(str(p) for p in shown), file=sys.stderr)
+    return 0

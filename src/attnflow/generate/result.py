@@ -1,0 +1,200 @@
+"""What `explain_generation` returns (`GenerationExplanation`: M per method, the tokens, the sinks
+and the options) and its files: `save_generations` / `load_generations` (.json / .safetensors).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class GenerationExplanation:
+    """What `explain_generation` returns: M per method plus everything needed to read and re-check it.
+
+    maps[method]: (n_generated, n_columns, layers) float64 -- row t explains generated token t
+    (model row rows[t] = P + t - 1); columns are the prompt tokens (over="prompt") or every token
+    of the teacher-forced sequence (over="all").
+    """
+
+    prompt: str
+    completion: str
+    prompt_tokens: list[str]  # display labels, one per prompt token
+    generated_tokens: list[str]  # display labels, one per generated token
+    columns: list[str]  # labels of M's second axis
+    maps: dict[str, np.ndarray]  # method -> (n_generated, n_columns, layers)
+    first_token_share: dict[str, np.ndarray]  # method -> (n_generated,) share of column 0, last layer
+    coverage: dict[str, np.ndarray]  # method -> (n_generated, layers) mass of the shown columns in the row
+    logprobs: np.ndarray  # (n_generated,) teacher-forced log p(g_t | prompt, g_<t)
+    rows: list[int]  # model row that predicted each generated token: P + t - 1
+    prompt_ids: list[int]
+    generated_ids: list[int]
+    sinks: np.ndarray  # (layers, heads, T) bool: the sink keys of each head, found or given (see options)
+    head_sinks: np.ndarray  # (layers, heads, T) bool: find_sinks(scope="head"), for the record
+    options: dict[str, Any] = field(default_factory=dict)
+    special_columns: list[int] = field(default_factory=list)  # columns holding special tokens
+
+    @property
+    def methods(self) -> list[str]:
+        return list(self.maps)
+
+    @property
+    def n_prompt(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def n_generated(self) -> int:
+        return len(self.generated_ids)
+
+    @property
+    def num_layers(self) -> int:
+        return next(iter(self.maps.values())).shape[2] if self.maps else 0
+
+    def sink_positions(self, *, per_head: bool = False) -> dict[int, float]:
+        """{position: share of the (layer, head) pairs in which it is a sink}, positions in order:
+        of the sinks handled (`sinks`), or with per_head=True of the per-head detection."""
+        mask = self.head_sinks if per_head else self.sinks
+        share = mask.reshape(-1, mask.shape[-1]).mean(axis=0)
+        return {int(j): round(float(share[j]), 4) for j in np.flatnonzero(share)}
+
+    def matrix(self, method: str | None = None, layer: int | str = "mean") -> np.ndarray:
+        """(n_generated, n_columns): M at one layer (negative counts from the top) or its mean over layers."""
+        m = self.maps[self._method(method)]
+        if layer == "mean":
+            return m.mean(axis=2)
+        if (
+            isinstance(layer, bool)
+            or not isinstance(layer, int | np.integer)
+            or not -m.shape[2] <= layer < m.shape[2]
+        ):
+            raise ValueError(
+                f"layer must be 'mean' or an index in [-{m.shape[2]}, {m.shape[2] - 1}], got {layer!r}"
+            )
+        return m[:, :, int(layer)]
+
+    def scores(self, method: str | None = None, token: int = 0, layer: int | str = "mean") -> np.ndarray:
+        """(n_columns,) attributions of generated token `token` (negative counts from the end)."""
+        mat = self.matrix(method, layer)
+        if (
+            isinstance(token, bool)
+            or not isinstance(token, int | np.integer)
+            or not -mat.shape[0] <= token < mat.shape[0]
+        ):
+            raise ValueError(
+                f"token must be an index in [-{mat.shape[0]}, {mat.shape[0] - 1}] (generated tokens), got {token!r}"
+            )
+        return mat[int(token)]
+
+    def _method(self, method: str | None) -> str:
+        if method is None:
+            return next(iter(self.maps))
+        if method not in self.maps:
+            raise ValueError(f"no method {method!r} in this explanation; it has {sorted(self.maps)}")
+        return method
+
+    # ---- files ----
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (maps as nested lists)."""
+        d = self._meta()
+        d["maps"] = {m: v.tolist() for m, v in self.maps.items()}
+        d["coverage"] = {m: v.tolist() for m, v in self.coverage.items()}
+        d["sinks"] = self.sinks.astype(int).tolist()
+        d["head_sinks"] = self.head_sinks.astype(int).tolist()
+        return d
+
+    def _meta(self) -> dict[str, Any]:
+        return {
+            "prompt": self.prompt,
+            "completion": self.completion,
+            "prompt_tokens": list(self.prompt_tokens),
+            "generated_tokens": list(self.generated_tokens),
+            "columns": list(self.columns),
+            "first_token_share": {m: v.tolist() for m, v in self.first_token_share.items()},
+            "logprobs": self.logprobs.tolist(),
+            "rows": list(self.rows),
+            "prompt_ids": list(self.prompt_ids),
+            "generated_ids": list(self.generated_ids),
+            "sink_positions": {str(k): v for k, v in self.sink_positions().items()},
+            "head_sink_positions": {str(k): v for k, v in self.sink_positions(per_head=True).items()},
+            "options": dict(self.options),
+            "special_columns": list(self.special_columns),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> GenerationExplanation:
+        return cls(
+            prompt=d["prompt"],
+            completion=d["completion"],
+            prompt_tokens=list(d["prompt_tokens"]),
+            generated_tokens=list(d["generated_tokens"]),
+            columns=list(d["columns"]),
+            maps={m: np.asarray(v, dtype=np.float64) for m, v in d["maps"].items()},
+            first_token_share={m: np.asarray(v, dtype=np.float64) for m, v in d["first_token_share"].items()},
+            coverage={m: np.asarray(v, dtype=np.float64) for m, v in d["coverage"].items()},
+            logprobs=np.asarray(d["logprobs"], dtype=np.float64),
+            rows=list(d["rows"]),
+            prompt_ids=list(d["prompt_ids"]),
+            generated_ids=list(d["generated_ids"]),
+            sinks=np.asarray(d["sinks"], dtype=bool),
+            head_sinks=np.asarray(d["head_sinks"], dtype=bool),
+            options=dict(d.get("options") or {}),
+            special_columns=list(d.get("special_columns") or []),
+        )
+
+    def save(self, path: str | Path) -> Path:
+        """Write as ``.json`` or ``.safetensors`` (by the suffix; atomically). See `save_generations`."""
+        return save_generations([self], path)
+
+
+def save_generations(explanations: Sequence[GenerationExplanation], path: str | Path) -> Path:
+    """Write explanations to ``.json`` (a list of `to_dict`) or ``.safetensors`` (tensors
+    ``"{i}/maps/{method}"`` (n, columns, layers), ``"{i}/coverage/{method}"``, ``"{i}/sinks"``; the
+    rest as JSON in the metadata under ``"generations"``), atomically."""
+    from attnflow.io import write_bytes
+
+    path = Path(path)
+    if path.suffix == ".json":
+        return write_bytes(path, json.dumps([e.to_dict() for e in explanations], ensure_ascii=False))
+    if path.suffix == ".safetensors":
+        from safetensors.numpy import save
+
+        tensors: dict[str, np.ndarray] = {}
+        for i, e in enumerate(explanations):
+            for m, v in e.maps.items():
+                tensors[f"{i}/maps/{m}"] = np.ascontiguousarray(v, dtype=np.float32)
+                tensors[f"{i}/coverage/{m}"] = np.ascontiguousarray(e.coverage[m], dtype=np.float32)
+            tensors[f"{i}/sinks"] = np.ascontiguousarray(e.sinks, dtype=np.uint8)
+            tensors[f"{i}/head_sinks"] = np.ascontiguousarray(e.head_sinks, dtype=np.uint8)
+        meta = [dict(e._meta(), methods=e.methods) for e in explanations]
+        return write_bytes(
+            path, save(tensors, metadata={"generations": json.dumps(meta, ensure_ascii=False)})
+        )
+    raise ValueError(f"unknown file type {path.suffix!r}: use .json or .safetensors")
+
+
+def load_generations(path: str | Path) -> list[GenerationExplanation]:
+    """Read what `save_generations` wrote."""
+    path = Path(path)
+    if path.suffix == ".json":
+        return [GenerationExplanation.from_dict(d) for d in json.loads(path.read_text(encoding="utf-8"))]
+    if path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        out = []
+        with safe_open(str(path), framework="numpy") as f:
+            for i, d in enumerate(json.loads(f.metadata()["generations"])):
+                methods = d.pop("methods")
+                d["maps"] = {m: f.get_tensor(f"{i}/maps/{m}") for m in methods}
+                d["coverage"] = {m: f.get_tensor(f"{i}/coverage/{m}") for m in methods}
+                d["sinks"] = f.get_tensor(f"{i}/sinks").astype(bool)
+                d["head_sinks"] = f.get_tensor(f"{i}/head_sinks").astype(bool)
+                d.pop("sink_positions", None)
+                d.pop("head_sink_positions", None)
+                out.append(GenerationExplanation.from_dict(d))
+        return out
+    raise ValueError(f"unknown file type {path.suffix!r}: use .json or .safetensors")

@@ -1,0 +1,154 @@
+"""Loading a model by name (`load_model`), its input limit (`max_input_tokens`), tokenizing texts
+(`_tokenize`) and refusing a tokenizer that does not belong to the model (`check_vocabulary`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attnflow.models.unsafe import is_unsafe_pickle, unsafe_checkpoint_error
+
+# A tokenizer's "no limit" sentinel is ~1e30; anything above this is not a real limit.
+_NO_LIMIT = 10**9
+
+
+# A tokenizer that maps more than this share of an input's tokens to its unknown token is refused:
+# a model folder without its tokenizer files gets one that knows only the special tokens, so every
+# word becomes [UNK] and the maps explain nothing.
+UNK_SHARE_MAX = 0.5
+# The files a tokenizer is built from (fast tokenizers, WordPiece, BPE, SentencePiece).
+TOKENIZER_FILES = (
+    "tokenizer.json", "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
+    "tokenizer.model",
+)  # fmt: skip
+
+
+def max_input_tokens(model: Any, tokenizer: Any = None) -> int | None:
+    """The most tokens the model takes: min(tokenizer.model_max_length, max_position_embeddings)."""
+    limits = []
+    n = getattr(tokenizer, "model_max_length", None)
+    if isinstance(n, int) and 0 < n < _NO_LIMIT:
+        limits.append(n)
+    config = getattr(model, "config", None)
+    for key in ("max_position_embeddings", "n_positions"):
+        n = getattr(config, key, None)
+        if isinstance(n, int) and n > 0:
+            limits.append(n)
+            break
+    return min(limits) if limits else None
+
+
+def _tokenize(
+    tokenizer: Any, texts: Sequence[str], *, limit: int | None, truncate: bool, device: torch.device
+) -> Any:
+    # no padding token (GPT-2): callers send one text at a time, which needs no padding
+    kwargs: dict[str, Any] = {
+        "padding": getattr(tokenizer, "pad_token", None) is not None,
+        "return_tensors": "pt",
+    }
+    if truncate and limit is not None:
+        kwargs.update(truncation=True, max_length=limit)
+    if getattr(tokenizer, "padding_side", "right") != "right":
+        kwargs["padding_side"] = "right"  # real tokens first: positions as in an unpadded run
+    enc = tokenizer(list(texts), **kwargs)
+    if limit is not None and not truncate:
+        lengths = enc["attention_mask"].sum(dim=1) if "attention_mask" in enc else [enc["input_ids"].shape[1]]
+        for text, n in zip(texts, lengths, strict=False):
+            if int(n) > limit:
+                short = text if len(text) <= 40 else text[:37] + "..."
+                raise ValueError(
+                    f"text too long for the model: {int(n)} tokens, the model takes at most {limit} "
+                    f"({short!r}); shorten it or truncate"
+                )
+    return enc
+
+
+def check_vocabulary(
+    tokenizer: Any, texts: Sequence[str], *, ids: Sequence[Sequence[int]] | None = None
+) -> None:
+    """Refuse (ValueError) a tokenizer that maps most of `texts` to its unknown token.
+
+    More than UNK_SHARE_MAX of the tokens (special tokens other than the unknown one left out)
+    being the unknown token means the tokenizer does not belong to the model: typically a model
+    folder without its tokenizer files, for which transformers builds a tokenizer that knows only
+    the special tokens. The message says which tokenizer files the folder has or lacks. `ids`: the
+    texts' token ids if already computed.
+    """
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if unk is None or not texts:
+        return
+    if ids is None:
+        ids = tokenizer(list(texts), truncation=False)["input_ids"]
+    special = set(getattr(tokenizer, "all_special_ids", None) or []) - {unk}
+    tokens = [t for row in ids for t in row if t not in special]
+    unknown = sum(t == unk for t in tokens)
+    if not tokens or unknown <= UNK_SHARE_MAX * len(tokens):
+        return
+    folder = Path(str(getattr(tokenizer, "name_or_path", "") or ""))
+    try:
+        size = len(tokenizer)
+    except TypeError:
+        size = None
+    vocab = f" (its vocabulary has {size} entries)" if size is not None else ""
+    expected = (
+        "tokenizer.json, or vocab.txt (WordPiece), vocab.json + merges.txt (BPE), or a SentencePiece model"
+    )
+    if str(folder) and folder.is_dir():
+        present = [f for f in TOKENIZER_FILES if (folder / f).is_file()]
+        where = (
+            f"{folder} has no tokenizer files (expected {expected})"
+            if not present
+            else f"{folder} has {', '.join(present)}, which may not belong to this model"
+        )
+    else:
+        where = f"its files are missing or do not belong to the model (expected {expected})"
+    raise ValueError(
+        f"the tokenizer maps {unknown} of {len(tokens)} input tokens to its unknown token "
+        f"{getattr(tokenizer, 'unk_token', None)!r}{vocab}: {where}"
+    )
+
+
+_HEADS = (
+    (("ForSequenceClassification",), "AutoModelForSequenceClassification"),
+    (("ForCausalLM", "LMHeadModel"), "AutoModelForCausalLM"),
+    (("ForMaskedLM",), "AutoModelForMaskedLM"),
+    (("ForImageClassification",), "AutoModelForImageClassification"),
+)
+
+
+def load_model(name: str, *, device: str | torch.device = "cpu") -> tuple[Any, Any]:
+    """(model in eval mode on `device`, tokenizer or image processor) for a hub name or local folder.
+
+    "minilm" is the packaged MiniLM (attnflow.models.hf.resolve_pretrained). The head follows the
+    checkpoint's `architectures` (sequence / image classifier, causal LM); otherwise the bare
+    model (no logits). Local files first; the hub only when it answers. A pickled checkpoint that
+    holds code is refused with UnsafeCheckpointError (naming the file).
+    """
+    import transformers
+
+    from attnflow.models.hf import _from_pretrained, resolve_pretrained
+
+    path = resolve_pretrained(name)
+    config = _from_pretrained(transformers.AutoConfig.from_pretrained, path)
+    archs = list(getattr(config, "architectures", None) or [])
+    auto = "AutoModel"
+    for suffixes, cls in _HEADS:
+        if any(a.endswith(suffixes) for a in archs):
+            auto = cls
+            break
+    try:
+        model = _from_pretrained(getattr(transformers, auto).from_pretrained, path)
+    except Exception as exc:
+        if is_unsafe_pickle(exc):
+            raise unsafe_checkpoint_error(path) from None
+        raise
+    model.to(device).eval()
+    if getattr(config, "vocab_size", None) is None and getattr(config, "image_size", None) is not None:
+        processor = _from_pretrained(transformers.AutoImageProcessor.from_pretrained, path)
+    else:
+        processor = _from_pretrained(transformers.AutoTokenizer.from_pretrained, path)
+    return model, processor

@@ -77,6 +77,13 @@ def imports(path: Path, root: Path = ROOT) -> set[str]:
     return found
 
 
+# attnflow.methods imports every module of its package (pkgutil): a stage that reads the records
+# for what they compute or need (these modules) depends on all of them; a stage that only validates
+# method names in its config (every stage, through attnflow.schema) does not.
+_RECORD_PACKAGE = Path("src/attnflow/methods")
+_RECORD_READERS = (Path("src/attnflow/method_inputs.py"), Path("src/attnflow/explain/registry.py"))
+
+
 def closure(script: Path, root: Path = ROOT) -> set[Path]:
     """Every project file `script` can import, directly or not (itself included)."""
     todo, seen = [script], {script}
@@ -86,6 +93,9 @@ def closure(script: Path, root: Path = ROOT) -> set[Path]:
             if f is not None and f not in seen:
                 seen.add(f)
                 todo.append(f)
+        if not todo and any(root / r in seen for r in _RECORD_READERS):
+            todo = sorted(_py_files(root / _RECORD_PACKAGE) - seen)  # the discovered record modules
+            seen.update(todo)
     return seen
 
 

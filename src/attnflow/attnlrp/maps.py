@@ -13,13 +13,14 @@ on an attention row: it explains the output (the classifier's pooled token, the 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from .api import attnlrp
 
-__all__ = ["METHOD", "attnlrp_map", "attnlrp_maps"]
+__all__ = ["METHOD", "attnlrp_map", "attnlrp_maps", "generation_maps"]
 
 METHOD = "attnlrp"
 
@@ -62,3 +63,24 @@ def attnlrp_maps(
         pos = -1 if positions is None else int(np.searchsorted(np.flatnonzero(valid[b]), int(positions[b])))
         maps.append(attnlrp_map(model, ids, target=targets[b], position=pos, token_type_ids=types))
     return maps
+
+
+def generation_maps(model: Any, run: Any) -> np.ndarray:
+    """(n, L, T) AttnLRP maps of each generated token's logit (`run`: attnflow.generate's prompt_ids,
+    generated_ids and attn), zero beyond the explained row: map[t, k] = relevance after the top
+    k + 1 layers, the last row the input's.
+
+    One forward and one backward per generated token, on prompt + g_0 .. g_{t-1} (a causal row
+    does not see later tokens, so the shorter sequence gives the full sequence's row).
+    """
+    from attnflow.hf import _model_device, eager_attention
+
+    device = _model_device(model)
+    seq = run.prompt_ids + run.generated_ids[:-1]
+    p, n = len(run.prompt_ids), len(run.generated_ids)
+    out = np.zeros((n, run.attn.shape[0], len(seq)))
+    with eager_attention(model):
+        for t, token in enumerate(run.generated_ids):
+            ids = torch.tensor(seq[: p + t], device=device)
+            out[t, :, : p + t] = attnlrp_map(model, ids, target=int(token), position=-1)
+    return out

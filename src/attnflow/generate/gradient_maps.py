@@ -1,5 +1,5 @@
-"""The gradient-based maps of a generation: the attention-gradient methods (Chefer's generic rule,
-Grad-SAM, ...) and AttnLRP, per generated token.
+"""The attention-gradient maps of a generation (Chefer's generic rule, Grad-SAM, ...) per generated
+token (AttnLRP's: attnflow.attnlrp.maps.generation_maps).
 
 Both explain token g_t by its logit at row P + t - 1 of the teacher-forced sequence
 prompt + g_0 .. g_{n-2} (see attnflow.generate.explanation), and return (n, L, T) maps.
@@ -14,7 +14,7 @@ import numpy as np
 
 from attnflow.explain import EXPLAINERS, remove_sinks
 
-__all__ = ["attnlrp_maps", "gradient_maps"]
+__all__ = ["gradient_maps"]
 
 
 def gradient_maps(
@@ -61,26 +61,3 @@ def gradient_maps(
                         rel[:, row] -= 1.0  # R - I: the identity's self-relevance left out
                     maps[m][mode][start + b] = np.clip(rel, 0.0, None)
     return maps
-
-
-def attnlrp_maps(model: Any, run: Any) -> np.ndarray:
-    """(n, L, T) AttnLRP maps (attnflow.attnlrp.maps) of each generated token's logit, zero beyond
-    the explained row: map[t, k] = relevance after the top k + 1 layers, the last row the input's.
-
-    One forward and one backward per generated token, on prompt + g_0 .. g_{t-1} (a causal row
-    does not see later tokens, so the shorter sequence gives the full sequence's row).
-    """
-    import torch
-
-    from attnflow.attnlrp.maps import attnlrp_map
-    from attnflow.hf import _model_device, eager_attention
-
-    device = _model_device(model)
-    seq = run.prompt_ids + run.generated_ids[:-1]
-    p, n = len(run.prompt_ids), len(run.generated_ids)
-    out = np.zeros((n, run.attn.shape[0], len(seq)))
-    with eager_attention(model):
-        for t, token in enumerate(run.generated_ids):
-            ids = torch.tensor(seq[: p + t], device=device)
-            out[t, :, : p + t] = attnlrp_map(model, ids, target=int(token), position=-1)
-    return out

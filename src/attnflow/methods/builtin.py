@@ -21,6 +21,6 @@ RECORDS = (
                  rows="classification", generation=False, options=("cls_self",), order=50,
                  summary="LRP relevance through attention (Chefer et al., CVPR 2021)"),
     MethodRecord("attnlrp", "AttnLRP", "attnflow.hf.methods:_attnlrp", kind="model", study=False, signed=True,
-                 generator="attnflow.generate.gradient_maps:attnlrp_maps", order=60,
+                 generator="attnflow.attnlrp.maps:generation_maps", order=60,
                  summary="LRP through the whole transformer (Achtibat et al., ICML 2024)"),
 )  # fmt: skip

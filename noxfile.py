@@ -51,8 +51,15 @@ BASE_TESTS = [
     "tests/unit/metrics/test_metrics_summarize.py",
     "tests/unit/test_packaging.py",
 ]
-# The hf API on tiny random models built offline (no downloads).
-HF_TESTS = ["tests/unit/test_hf_adapter.py"]
+# The hf API on tiny random models built offline (no downloads): every architecture family
+# (decoder classifiers included), the notebook view, and the README's 5-line example on the
+# packaged MiniLM ([minilm]).
+HF_TESTS = [
+    "tests/unit/test_hf_adapter.py",
+    "tests/unit/test_hf_families.py",
+    "tests/unit/test_display.py",
+    "tests/unit/test_readme.py::test_the_library_comes_right_after_the_two_commands_and_its_example_runs_offline",
+]
 
 _built: list[Path] = []
 
@@ -99,7 +106,7 @@ def hf(session: nox.Session) -> None:
     """The wheel with [hf] on 3.11, on the CPU torch wheel of requirements.txt (venv ~1.6 GB)."""
     wheel = _wheel(session)
     # The pin keeps pip on the local CPU build: torch's newest release on PyPI is the CUDA one.
-    session.install(f"{wheel}[hf,test]", _pin("torch"))
+    session.install(f"{wheel}[hf,minilm,test]", _pin("torch"))
     _pytest(session, HF_TESTS)
 
 
@@ -109,5 +116,5 @@ def hf(session: nox.Session) -> None:
 def hf_cuda(session: nox.Session) -> None:
     """[hf] on the other versions: SLOW, pip downloads the CUDA torch build (several GB per venv)."""
     wheel = _wheel(session)
-    session.install(f"{wheel}[hf,test]")
+    session.install(f"{wheel}[hf,minilm,test]")
     _pytest(session, HF_TESTS)

@@ -1,5 +1,5 @@
 """The explain@sst2 stage's library calls (pipelines/explain.py `explain_batch`, default config), for any
-implementation of the explain functions: the frozen baseline or today's attnflow.explain.
+implementation of the explain functions: a git commit's (benchmarks/_gitref.py) or today's attnflow.explain.
 
 Default config (conf/explain/default.yaml): methods raw, rollout, flow; heads mean; residual 0.5;
 rows "max" for SST-2 (so every query row of every layer, rows=None); per_head true. Samples are

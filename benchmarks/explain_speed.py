@@ -1,6 +1,7 @@
-"""explain@sst2 speed: today's attnflow.explain vs the frozen pre-speed-work copy (benchmarks/_baseline).
+"""explain@sst2 speed: today's attnflow.explain vs attnflow.explain at a git commit (--ref).
 
     python benchmarks/explain_speed.py                  # new on all 872 sentences, baseline on 1 in 8
+    python benchmarks/explain_speed.py --ref HEAD       # against the last commit instead of 8cf0116
     python benchmarks/explain_speed.py --baseline-every 1   # time the whole baseline too (~15+ min)
     python benchmarks/explain_speed.py --quick          # 1 sentence in 8 for both (smoke test)
 
@@ -44,6 +45,8 @@ from _sst2_attentions import DEV, sst2_attentions  # noqa: E402
 TARGET_S = 60.0  # the issue: explain@sst2 <= 60 s (13x faster than 813 s)
 TARGET_DIFF = 1e-9  # same outputs as today's implementation
 TARGET_RSS_GB = 4.0
+# The baseline: attnflow.explain before the speed work (what benchmarks/_baseline used to copy).
+BASELINE_REF = "8cf0116"
 
 
 def subsample(batches: list[np.ndarray], every: int) -> list[np.ndarray]:
@@ -51,12 +54,14 @@ def subsample(batches: list[np.ndarray], every: int) -> list[np.ndarray]:
     return [b[::every] for b in batches]
 
 
-def worker(lib_name: str, every: int, out: Path) -> None:
+def worker(lib_name: str, every: int, out: Path, ref: str = BASELINE_REF) -> None:
     """Run the workload with one library in this process; save outputs and timings."""
     if lib_name == "new":
         import attnflow.explain as lib
     else:
-        import _baseline as lib
+        from _gitref import explain_at
+
+        lib = explain_at(ref)  # that commit's attnflow.explain, unpacked from git (benchmarks/_gitref.py)
     attn = sst2_attentions()
     batches = subsample(W.length_batches([a.shape[-1] for a in attn]), every)
     W.run(lib, attn, [batches[0][:2]])  # compile / load the numba kernels, warm the caches
@@ -78,9 +83,10 @@ def worker(lib_name: str, every: int, out: Path) -> None:
     )
 
 
-def run_worker(lib_name: str, every: int, tmp: Path) -> tuple[dict, dict]:
+def run_worker(lib_name: str, every: int, tmp: Path, ref: str = BASELINE_REF) -> tuple[dict, dict]:
     out = tmp / f"{lib_name}_{every}.npz"
     cmd = [sys.executable, __file__, "--worker", lib_name, "--every", str(every), "--worker-out", str(out)]
+    cmd += ["--ref", ref]
     subprocess.run(cmd, check=True)
     info = json.loads(out.with_suffix(".json").read_text())
     with np.load(out) as z:
@@ -126,12 +132,15 @@ def main() -> None:
     parser.add_argument("--baseline-every", type=int, default=8, help="time the baseline on 1 sentence in k")
     parser.add_argument("--quick", action="store_true", help="1 sentence in 8 for both sides")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "explain_speed.json")
+    parser.add_argument(
+        "--ref", default=BASELINE_REF, help=f"git ref of the baseline (default {BASELINE_REF})"
+    )
     parser.add_argument("--worker", choices=["new", "base"], help=argparse.SUPPRESS)
     parser.add_argument("--every", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--worker-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, args.every, args.worker_out)
+        worker(args.worker, args.every, args.worker_out, args.ref)
         return
 
     start = time.perf_counter()
@@ -146,7 +155,7 @@ def main() -> None:
         print(f"running the new library on 1 sentence in {every_new} ...", file=sys.stderr, flush=True)
         new, new_out = run_worker("new", every_new, tmp)
         print(f"running the baseline on 1 sentence in {args.baseline_every} ...", file=sys.stderr, flush=True)
-        base, base_out = run_worker("base", args.baseline_every, tmp)
+        base, base_out = run_worker("base", args.baseline_every, tmp, args.ref)
         if every_new != args.baseline_every:
             print("running the new library on the baseline's sentences ...", file=sys.stderr, flush=True)
             new_sub, _ = run_worker("new", args.baseline_every, tmp)
@@ -209,7 +218,7 @@ def main() -> None:
     print(head)
     print("-" * len(head))
     print(
-        f"{'baseline (frozen copy, today)':<34} {base_s:>9.1f} {result['baseline_timed']:<44} {result['baseline_peak_rss_gb']:>11.2f}"
+        f"{'baseline (git ' + args.ref + ')':<34} {base_s:>9.1f} {result['baseline_timed']:<44} {result['baseline_peak_rss_gb']:>11.2f}"
     )
     print(
         f"{'attnflow.explain (new)':<34} {new_s:>9.1f} {result['new_timed']:<44} {result['new_peak_rss_gb']:>11.2f}"

@@ -33,20 +33,22 @@ from .causal import (
     SINK_MODES,
     SINK_SCOPES,
     SINK_THRESHOLD,
-    causal_flow,
-    causal_rollout,
     find_sinks,
     is_causal,
-    normalize_receptive_field,
     remove_sinks,
     sink_mode,
     sink_scores,
-    uniform_attention,
-    uniform_baseline,
 )
 from .flow import attention_flow
 from .heads import head_flow, head_rollout
 from .raw import raw_attention
+from .receptive_field import (
+    causal_flow,
+    causal_rollout,
+    normalize_receptive_field,
+    uniform_attention,
+    uniform_baseline,
+)
 from .registry import EXPLAINER_INPUTS, EXPLAINERS, Explainer
 from .relevance import CLS_SELF, chefer_generic, chefer_lrp
 from .rollout import attention_rollout

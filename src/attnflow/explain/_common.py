@@ -149,6 +149,38 @@ def valid_positions(lengths: Any, mask: Any, batch: int, tokens: int) -> np.ndar
     return np.ones((batch, tokens), dtype=bool)
 
 
+def with_batch_axis(
+    arr: np.ndarray, name: str, axes: tuple[str, ...], batched_what: str, lengths: Any, mask: Any
+) -> tuple[np.ndarray, bool]:
+    """`arr` with a batch axis in front (added when it has len(axes) dims) and whether it had one;
+    lengths / mask are refused without one."""
+    dims, every = len(axes), ", ".join(("batch", *axes))
+    if arr.ndim not in (dims, dims + 1):
+        raise ValueError(
+            f"{name} must have {dims} dims [{', '.join(axes)}] or {dims + 1} dims [{every}], got shape {arr.shape}"
+        )
+    if arr.ndim == dims + 1:
+        return arr, True
+    if lengths is not None or mask is not None:
+        raise ValueError(f"lengths / mask need {batched_what} [{every}]")
+    return arr[None], False
+
+
+def prepare_shape(x: Any, name: str, *, lengths: Any = None, mask: Any = None) -> Prepared:
+    """The shape rules of `prepare` for an attention-shaped array of any real values (attn, R(A),
+    ∇A): 4 dims [layer, head, query, key] or 5 dims [batch, ...]; lengths / mask only with a batch
+    axis; query == key; no empty axis. Values are not looked at."""
+    arr, batched = with_batch_axis(
+        as_numpy(x, name), name, ("layer", "head", "query", "key"), "a batched input", lengths, mask
+    )
+    if arr.shape[-1] != arr.shape[-2]:
+        raise ValueError(f"{name} must be square over [query, key], got {arr.shape[-2]} x {arr.shape[-1]}")
+    if min(arr.shape) == 0:
+        raise ValueError(f"{name} has an empty axis: shape {arr.shape}")
+    valid = valid_positions(lengths, mask, arr.shape[0], arr.shape[-1])
+    return Prepared(attn=arr, valid=valid, batched=batched, like=x)
+
+
 def prepare(attn: Any, *, lengths: Any = None, mask: Any = None, renormalize: bool = False) -> Prepared:
     """Validate attention probabilities; raise ValueError naming the first rule broken.
 
@@ -158,23 +190,8 @@ def prepare(attn: Any, *, lengths: Any = None, mask: Any = None, renormalize: bo
     when renormalize=True). A tensor on the "meta" device is refused.
     """
     tol = row_sum_tolerance(attn)
-    arr = as_numpy(attn, "attn")
-    if arr.ndim not in (4, 5):
-        raise ValueError(
-            f"attn must have 4 dims [layer, head, query, key] or 5 dims [batch, layer, head, query, key], "
-            f"got shape {arr.shape}"
-        )
-    batched = arr.ndim == 5
-    if not batched:
-        if lengths is not None or mask is not None:
-            raise ValueError("lengths / mask need a batched input [batch, layer, head, query, key]")
-        arr = arr[None]
-    if arr.shape[-1] != arr.shape[-2]:
-        raise ValueError(f"attn must be square over [query, key], got {arr.shape[-2]} x {arr.shape[-1]}")
-    if min(arr.shape) == 0:
-        raise ValueError(f"attn has an empty axis: shape {arr.shape}")
-    batch, tokens = arr.shape[0], arr.shape[-1]
-    valid = valid_positions(lengths, mask, batch, tokens)
+    shaped = prepare_shape(attn, "attn", lengths=lengths, mask=mask)
+    arr, valid, batched = shaped.attn, shaped.valid, shaped.batched
     full = bool(valid.all())
     if full:
         block = arr
@@ -183,7 +200,8 @@ def prepare(attn: Any, *, lengths: Any = None, mask: Any = None, renormalize: bo
         block = np.where(pair, arr, 0)
     # one pass for the row sums (a NaN or inf anywhere in a row makes its sum non-finite), one for
     # the minimum; the full finiteness scan runs only to word the error
-    sums = row_sums(block, np.float64)[np.broadcast_to(valid[:, None, None, :], block.shape[:-1])]
+    sums = row_sums(block, np.float64)
+    sums = sums.reshape(-1) if full else sums[np.broadcast_to(valid[:, None, None, :], block.shape[:-1])]
     if not np.all(np.isfinite(sums)) and not np.all(np.isfinite(block)):
         raise ValueError("attn contains NaN or inf")
     low = block.min()

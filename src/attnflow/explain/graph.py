@@ -14,9 +14,9 @@ def attention_graph(
     *,
     residual: float = 0.5,
     heads: str | int = "mean",
+    renormalize: bool = False,
     lengths: Any = None,
     mask: Any = None,
-    renormalize: bool = False,
 ) -> Any:
     """Edge weights of the layered attention graph that rollout multiplies and flow cuts.
 

@@ -24,11 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from ._common import Prepared, aggregate_heads, as_numpy, check_heads, mix_residual, prepare, valid_positions
+from ._common import Prepared, aggregate_heads, as_numpy, check_heads, mix_residual, prepare, prepare_shape
 
 __all__ = ["CLS_SELF", "chefer_generic", "chefer_lrp"]
 
 CLS_SELF = ("keep", "min", "zero")
+# A batch is computed in slices of about this many bytes per attention-shaped array: each step
+# makes a batch-sized temporary, so a whole batch is memory-bound, while slices stay in cache
+# (measured at 100 x 6 x 8 x 20 x 20: 2.5-3x faster per sample than the whole batch at once).
+CHUNK_BYTES = 1_500_000
 
 
 def _check_options(start_layer: Any, cls_self: Any, n_layers: int) -> int:
@@ -43,27 +47,16 @@ def _check_options(start_layer: Any, cls_self: Any, n_layers: int) -> int:
 
 def _prepare_scores(x: Any, name: str, *, lengths: Any, mask: Any) -> Prepared:
     """Shape rules of ``prepare`` for an attention-shaped array of any real values (R(A), ∇A)."""
-    arr = as_numpy(x, name)
-    if arr.ndim not in (4, 5):
-        raise ValueError(
-            f"{name} must have 4 dims [layer, head, query, key] or 5 dims [batch, layer, head, query, key], "
-            f"got shape {arr.shape}"
-        )
-    batched = arr.ndim == 5
-    if not batched:
-        if lengths is not None or mask is not None:
-            raise ValueError("lengths / mask need a batched input [batch, layer, head, query, key]")
-        arr = arr[None]
-    if arr.shape[-1] != arr.shape[-2]:
-        raise ValueError(f"{name} must be square over [query, key], got {arr.shape[-2]} x {arr.shape[-1]}")
-    if min(arr.shape) == 0:
-        raise ValueError(f"{name} has an empty axis: shape {arr.shape}")
-    valid = valid_positions(lengths, mask, arr.shape[0], arr.shape[-1])
-    return Prepared(attn=arr, valid=valid, batched=batched, like=x)
+    return prepare_shape(x, name, lengths=lengths, mask=mask)
 
 
 def _companion(x: Any, name: str, p: Prepared, method: str) -> np.ndarray:
     """An input shaped like p.attn, as float64 with padded rows and columns 0; finite on real ones."""
+    return _finite(_shaped(x, name, p, method), name, p)
+
+
+def _shaped(x: Any, name: str, p: Prepared, method: str) -> np.ndarray:
+    """An input shaped like p.attn, as given (`_finite` converts it, slice by slice)."""
     if x is None:
         raise ValueError(f"{method} needs {name}, shaped like attn (see attnflow.lrp.lrp_relevance)")
     arr = as_numpy(x, name)
@@ -72,6 +65,11 @@ def _companion(x: Any, name: str, p: Prepared, method: str) -> np.ndarray:
     if arr.shape != p.attn.shape:
         shape = p.attn.shape if p.batched else p.attn.shape[1:]
         raise ValueError(f"{name} must have the shape of attn {shape}, got {as_numpy(x, name).shape}")
+    return arr
+
+
+def _finite(arr: np.ndarray, name: str, p: Prepared) -> np.ndarray:
+    """A companion as float64 with padded rows and columns 0; finite on the real ones."""
     out = arr.astype(np.float64)
     if not p.full:
         pair = p.valid[:, None, None, :, None] & p.valid[:, None, None, None, :]  # (B, 1, 1, T, T)
@@ -83,7 +81,8 @@ def _companion(x: Any, name: str, p: Prepared, method: str) -> np.ndarray:
 
 def _weighted_heads(p: Prepared, grad: np.ndarray, other: np.ndarray, heads: Any) -> np.ndarray:
     """Ā = agg_h[(∇A ⊙ X)⁺] per layer, padding 0: (B, L, H, T, T) -> (B, L, T, T) float64."""
-    positive = np.maximum(grad * other, 0.0)  # (B, L, H, T, T)
+    positive = grad * other  # (B, L, H, T, T)
+    np.maximum(positive, 0.0, out=positive)  # in place: a second batch-sized temporary costs ~10x
     return aggregate_heads(Prepared(positive, p.valid, p.batched, p.like), heads, renormalize=False)
 
 
@@ -149,16 +148,37 @@ def chefer_generic(
     p = prepare(attn, lengths=lengths, mask=mask)
     check_heads(heads, p.attn.shape[2])
     start = _check_options(start_layer, cls_self, p.attn.shape[1])
-    grad = _companion(attn_grad, "attn_grad", p, "chefer_generic")
+    grad = _shaped(attn_grad, "attn_grad", p, "chefer_generic")
+    return p.to_output(_in_chunks(p, _generic_maps, grad, heads=heads, start=start, cls_self=cls_self))
+
+
+def _in_chunks(p: Prepared, maps: Any, *arrays: np.ndarray, **options: Any) -> np.ndarray:
+    """maps(p, *arrays, **options) on slices of the batch of ~CHUNK_BYTES, concatenated (the
+    samples are independent, so the values are those of one call on the whole batch)."""
+    per = max(1, CHUNK_BYTES // (8 * p.attn[0].size))
+    if per >= p.attn.shape[0]:
+        return maps(p, *arrays, **options)
+    parts = []
+    for i in range(0, p.attn.shape[0], per):
+        s = slice(i, i + per)
+        parts.append(
+            maps(Prepared(p.attn[s], p.valid[s], p.batched, p.like), *(a[s] for a in arrays), **options)
+        )
+    return np.concatenate(parts)
+
+
+def _generic_maps(p: Prepared, grad: np.ndarray, heads: Any, start: int, cls_self: str) -> np.ndarray:
+    """R(l) per layer from A and ∇A (batched): (B, L, H, T, T) x 2 -> (B, L, T, T)."""
+    grad = _finite(grad, "attn_grad", p)
     step = _weighted_heads(p, grad, p.attn.astype(np.float64), heads)  # (B, L, T, T)
-    maps = _compose(step, p.valid, start, accumulate=True)
-    return p.to_output(_cls_self(maps, p.valid, cls_self))
+    return _cls_self(_compose(step, p.valid, start, accumulate=True), p.valid, cls_self)
 
 
 def _lrp_maps(
     p: Prepared, relevance: np.ndarray, grad: np.ndarray, heads: Any, start: int, cls_self: str
 ) -> np.ndarray:
-    """C(l) per layer from R(A) and ∇A (float64, batched): (B, L, H, T, T) x 2 -> (B, L, T, T)."""
+    """C(l) per layer from R(A) and ∇A (batched): (B, L, H, T, T) x 2 -> (B, L, T, T)."""
+    relevance, grad = _finite(relevance, "attn_relevance", p), _finite(grad, "attn_grad", p)
     # rownorm(.5 Ā + .5 I) = rownorm(I + Ā): the shared residual mix, identity on real positions only
     step = mix_residual(_weighted_heads(p, grad, relevance, heads), p.valid, 0.5)  # (B, L, T, T)
     return _cls_self(_compose(step, p.valid, start, accumulate=False), p.valid, cls_self)
@@ -192,6 +212,6 @@ def chefer_lrp(
     p = _prepare_scores(attn_relevance, "attn_relevance", lengths=lengths, mask=mask)
     check_heads(heads, p.attn.shape[2])
     start = _check_options(start_layer, cls_self, p.attn.shape[1])
-    relevance = _companion(attn_relevance, "attn_relevance", p, "chefer_lrp")
-    grad = _companion(attn_grad, "attn_grad", p, "chefer_lrp")
-    return p.to_output(_lrp_maps(p, relevance, grad, heads, start, cls_self))
+    relevance = _shaped(attn_relevance, "attn_relevance", p, "chefer_lrp")
+    grad = _shaped(attn_grad, "attn_grad", p, "chefer_lrp")
+    return p.to_output(_in_chunks(p, _lrp_maps, relevance, grad, heads=heads, start=start, cls_self=cls_self))

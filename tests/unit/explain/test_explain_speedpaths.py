@@ -131,7 +131,7 @@ def test_greedy_start_is_a_preflow_below_the_maximum():
         ws = _workspace(K, n)
         _reset(C, K, n, ws, -1)
         a, bcol = caps[layers - 1, 0].copy(), caps[0][:, n - 1].copy()
-        value, _ = _greedy(C, a, bcol, K, n, ws)
+        value, _, bound = _greedy(C, a, bcol, K, n, ws)
         F, e, g = ws[0][: K - 1, :n, :n], ws[5][: K * n], ws[6][:n]
         assert np.all(F >= 0) and np.all(F <= C[: K - 1] + 1e-15) and np.all(g <= bcol + 1e-15)
         inflow = np.zeros((K, n))
@@ -144,6 +144,7 @@ def test_greedy_start_is_a_preflow_below_the_maximum():
         assert np.all(e >= -1e-15)
         best = reference_flow(caps, sources=[0], layers=[layers - 1], normalize=False)[0, 0, n - 1]
         assert value <= best + 1e-12
+        assert bound >= best - 1e-12  # sum_k min(a_k, rho_k) is a cut bound
 
 
 def test_serial_and_threaded_paths_give_identical_values(monkeypatch):

@@ -1,0 +1,84 @@
+"""attnflow.explain as it is at a git commit, imported under another name: the benchmarks' baseline.
+
+    lib = explain_at("HEAD")        # the last commit (the previous release of the working tree)
+    lib = explain_at("8cf0116")     # before the speed work
+    lib.attention_flow(attn, sources=[0])
+
+`git archive <ref> src/attnflow/explain` is unpacked once into benchmarks/.cache/ref/<commit>/
+(ignored by git) as the package ``attnflow_<commit>``, next to today's ``attnflow``; numba keeps
+its compiled kernels there, so only the first run of a ref compiles them. The baseline is the
+committed code itself, never a copy kept in the tree. Its modules use relative imports for each
+other; the few absolute imports (``attnflow.method_inputs`` in the registry) reach today's package,
+which the baseline's flow / rollout / heads / raw / rows never touch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import shutil
+import subprocess
+import sys
+import tarfile
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / "benchmarks" / ".cache" / "ref"
+# The public functions the benchmarks call, by module of attnflow.explain.
+FUNCTIONS = {
+    "flow": ["attention_flow"],
+    "rollout": ["attention_rollout"],
+    "heads": ["head_flow", "head_rollout"],
+    "raw": ["raw_attention"],
+    "rows": ["select_rows"],
+}
+
+
+def commit_of(ref: str) -> str:
+    """The full commit id of a git ref (a tag, branch, HEAD or short id)."""
+    out = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--verify", f"{ref}^{{commit}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.strip()
+
+
+def unpack(commit: str) -> Path:
+    """src/attnflow/explain at `commit`, as the package attnflow_<commit[:12]> under CACHE/<commit>."""
+    name = f"attnflow_{commit[:12]}"
+    home = CACHE / commit
+    package = home / name
+    if not (package / "__init__.py").exists():
+        tar = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", "--format=tar", commit, "src/attnflow/explain"],
+            capture_output=True,
+            check=True,
+        ).stdout
+        staging = home / "staging"
+        with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+            archive.extractall(staging, filter="data")
+        package.mkdir(parents=True, exist_ok=True)
+        (staging / "src" / "attnflow" / "explain").rename(package / "explain")
+        shutil.rmtree(staging)
+        (package / "__init__.py").write_text(f'"""attnflow.explain at {commit} (benchmarks/_gitref.py)."""\n')
+    return home
+
+
+def explain_at(ref: str = "HEAD") -> types.SimpleNamespace:
+    """The public explain functions of `ref`, plus `commit` and (where it has one) `warm_up`."""
+    commit = commit_of(ref)
+    home = unpack(commit)
+    if str(home) not in sys.path:
+        sys.path.insert(0, str(home))
+    base = f"attnflow_{commit[:12]}.explain"
+    lib = types.SimpleNamespace(commit=commit, ref=ref, name=base)
+    for module, names in FUNCTIONS.items():
+        mod = importlib.import_module(f"{base}.{module}")
+        for name in names:
+            setattr(lib, name, getattr(mod, name))
+    maxflow = importlib.import_module(f"{base}._maxflow")
+    lib.warm_up = getattr(maxflow, "warm_up", lambda: None)
+    return lib

@@ -1,0 +1,194 @@
+"""Exact maximum flow on the layered attention graph (internal solver behind `attention_flow`).
+
+The graph of Abnar & Zuidema (2020): node (l, i) for layer l = 0..L and position i, an edge
+(l, i) -> (l-1, k) with capacity A_l[i, k]. We need the max-flow value from one node (L, s) to
+every input node (0, j), for many (sample, layer, source) at once. Structure used here:
+
+* Only layers L..1 matter and, in layer 0, only the sink: the last hop is (1, k) -> (0, j) with
+  capacity A_1[k, j]; other input nodes are dead ends. The first hop is (L, s) -> (L-1, k) with
+  capacity A_L[s, k]. So one problem is a "middle" network of node layers L-1..1 with a supply
+  vector a = A_L[s, :] on top and sink capacities b = A_1[:, j] at the bottom.
+* L = 1: the value is A_1[s, j]. L = 2: the paths s -> (1, k) -> j share no edge, so the value is
+  sum_k min(A_2[s, k], A_1[k, j]) in closed form.
+* L >= 3: highest-label push-relabel (float64) with global relabelling, the gap heuristic, a
+  look-ahead that pushes from layer 2 straight through layer 1 into the sink, and an exact early
+  stop: the two trivial cuts give value <= U = min(sum(a), sum(b)), so a solve ends as soon as the
+  sink holds U. Candidate arcs are found with bit sets instead of scans: per node, one bit per
+  arc with residual capacity (down and up, row and column views), and per (layer, label) the set
+  of nodes with that label. A discharge ANDs two words to find its admissible arcs, a relabel
+  ANDs words label by label, and a global relabel (exact distances by breadth-first search) costs
+  O(nodes) word operations instead of a pass over every arc -- cheap enough to start every solve
+  with exact labels.
+* A problem solved on its own starts from a greedy preflow instead of zero flow: one pass down
+  the layers where the fullest nodes send first, each to the children that could pass on the most
+  first (rho = what a node could pass to the sink with the network to itself, computed bottom-up),
+  never giving a child more than its rho. It often reaches U outright (then push-relabel does not
+  run at all) and otherwise leaves little to do. Each problem runs from the end with the smaller
+  trivial cut (the reversed network is the same kind of network with transposed matrices).
+* Many problems share one network: for a fixed (sample, layer) they differ only in the supply a
+  (the source row) and the sink capacities b (the sink column). With many source rows (every row
+  of every layer, per head) and 4+ layers, each sink j is one "sweep" on the reversed network:
+  supply = column j of A_1 (fixed), sink capacities = the rows, taken in an order that keeps
+  consecutive rows alike (grouped by their largest entry, i.e. by source position), each problem
+  warm-started from the previous one's preflow. New sink capacities keep the preflow valid once
+  flow above a lowered capacity returns as excess at its node; a global relabel makes the labels
+  exact and push-relabel continues to the new maximum. Excess that cannot reach the sink stays
+  where it is (phase one of push-relabel only). With 3 layers the greedy start alone beats sweeps.
+* Work is split into tasks (closed-form rows, rows solved problem by problem, or a sweep over some
+  sinks of one (sample, layer)) spread over numba's threads, longest first; a small call runs on
+  the calling thread (no thread start-up).
+
+Exactness: arcs with residual <= RESIDUAL_EPS count as saturated and excess <= RESIDUAL_EPS as
+zero, so the value found is within (#arcs + #nodes) * RESIDUAL_EPS + STOP_TOL of the true maximum
+(1e-13 per arc: < 3e-8 for 12 layers x 128 tokens), warm-started or not. No integer rounding.
+
+numba compiles the kernels (cached on disk, `cache=True`); without numba the same code runs as
+plain Python (correct, slow). With numba but no cached code yet, a small call runs that plain Python
+while a background process fills the cache (`_twin`: the first call is correct and takes well under
+a second instead of the ~30 s compile).
+
+Modules: `_jit` (numba or not, tolerances, bits), `_residual` (the workspace), `_labels` (global
+relabel, gap), `_push_relabel`, `_greedy` (first preflow), `_solve` (one problem, sweeps), `_tasks`
+(what a call runs), `_plan` (tasks and costs), `_twin` (cold start).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _jit, _twin
+from ._greedy import _greedy  # noqa: F401  (the kernels, for tests and the benchmarks)
+from ._jit import HAVE_NUMBA, RESIDUAL_EPS, STOP_TOL, numba
+from ._plan import _assign, _plan, _rounds
+from ._residual import _reset, _workspace  # noqa: F401
+from ._solve import _solve, _sweep  # noqa: F401
+from ._tasks import _network, _run_parallel, _run_serial  # noqa: F401
+
+_jit.seal_cache(_twin._KERNEL_MODULES)
+
+__all__ = ["PROGRESS_WORK", "RESIDUAL_EPS", "STOP_TOL", "layered_max_flow", "warm_up"]
+
+# Below this much estimated work (~ arc visits) a call runs on the calling thread.
+SERIAL_WORK = 3.0e5
+# Above this much estimated work a call shows a progress bar with a time estimate (measured: ~5e8
+# to 1e9 per second on two busy cores, so about 2-4 s there; every row of 12 layers x 2048 tokens
+# is ~1e13).
+PROGRESS_WORK = 2.0e9
+# A call with a progress bar runs its tasks in about this many rounds, the bar moving after each.
+PROGRESS_ROUNDS = 50
+
+
+def _execute(caps, lengths, row_b, row_L, supply, plan, tasks: np.ndarray, out: np.ndarray) -> None:
+    """Run the plan's tasks `tasks` (ids), on numba's threads when there is enough work; as plain
+    Python while a small call finds no compiled kernel (see `_twin`)."""
+    order, kind, t0, t1, t2, t3, cost = plan
+    work = float(cost[tasks].sum())
+    sub = [np.ascontiguousarray(v[tasks]) for v in (kind, t0, t1, t2, t3)]
+    if work < SERIAL_WORK or tasks.shape[0] == 1 or not HAVE_NUMBA or numba.get_num_threads() <= 1:
+        entry, args = _run_serial, (caps, lengths, row_b, row_L, supply, order, *sub, out)
+    else:
+        worker_ptr, local = _assign(cost[tasks], numba.get_num_threads())
+        worker_tasks = np.ascontiguousarray(tasks[local], dtype=np.int64)
+        entry = _run_parallel
+        args = (
+            caps,
+            lengths,
+            row_b,
+            row_L,
+            supply,
+            order,
+            kind,
+            t0,
+            t1,
+            t2,
+            t3,
+            worker_ptr,
+            worker_tasks,
+            out,
+        )
+    mode = _twin.jit_mode()
+    if mode == "python" or (mode == "auto" and work < _twin.TWIN_WORK and not _twin.loaded(entry, args)):
+        if mode == "auto":
+            _twin.start_background_compile()
+        _twin.twins()["_run_serial"](caps, lengths, row_b, row_L, supply, order, *sub, out)
+        return
+    if mode == "auto" and not _twin.loaded(entry, args):
+        _twin.wait_for_background_compile()  # then load what it cached, or compile here
+    entry(*args)
+
+
+def layered_max_flow(
+    caps: np.ndarray,
+    lengths: np.ndarray,
+    row_b: np.ndarray,
+    row_L: np.ndarray,
+    supply: np.ndarray,
+    *,
+    progress: bool | None = None,
+) -> np.ndarray:
+    """Max-flow values from a source with out-capacities `supply[r]` to every input node.
+
+    caps: (B, Lmax, N, N) float64, caps[b, l] = capacity matrix of layer l+1, positions of sample b
+    packed at the front (0..lengths[b]-1). Row r is a source at 1-based layer row_L[r] of sample
+    row_b[r] whose edges to layer row_L[r]-1 have capacities supply[r] (N,), e.g. caps[b, L-1, s].
+    Rows must be sorted by (row_b, row_L). Returns (R, N) float64: the max-flow value from that
+    source to input node j, for j < lengths[row_b[r]], and 0 beyond.
+
+    progress: a tqdm bar (stderr) with the remaining time; None = only when the estimated work
+    exceeds PROGRESS_WORK. The bar changes the order tasks run in, never a value.
+    """
+    caps = np.ascontiguousarray(caps, dtype=np.float64)
+    supply = np.ascontiguousarray(supply, dtype=np.float64)
+    lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+    row_b = np.ascontiguousarray(row_b, dtype=np.int64)
+    row_L = np.ascontiguousarray(row_L, dtype=np.int64)
+    out = np.zeros((row_b.shape[0], caps.shape[-1]), dtype=np.float64)
+    if row_b.shape[0] == 0:
+        return out
+    plan = _plan(row_b, row_L, lengths, supply)
+    cost = plan[-1]
+    if not (cost.sum() > PROGRESS_WORK if progress is None else progress):
+        _execute(caps, lengths, row_b, row_L, supply, plan, np.arange(cost.shape[0]), out)
+        return out
+    from tqdm.auto import tqdm
+
+    bar_format = "{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]"
+    with tqdm(total=float(cost.sum()), desc="attention flow", bar_format=bar_format, leave=False) as bar:
+        for tasks in _rounds(cost, PROGRESS_ROUNDS):
+            _execute(caps, lengths, row_b, row_L, supply, plan, tasks, out)
+            bar.update(float(cost[tasks].sum()))
+    return out
+
+
+def warm_up() -> None:
+    """Compile (or load from the on-disk cache) both entry kernels, on the calling thread and on
+    numba's threads, with every kind of task (closed form, problem by problem, sweep)."""
+    rng = np.random.default_rng(0)
+    caps = rng.random((1, 4, 5, 5))
+    caps /= caps.sum(-1, keepdims=True)
+    row_L = np.array([1, 3, 4, 4, 4, 4])
+    row_b = np.zeros(6, np.int64)
+    supply = caps[0, row_L - 1, np.arange(6) % 5]
+    lengths = np.array([5])
+    order, kind, t0, t1, t2, t3, cost = _plan(row_b, row_L, lengths, supply)
+    out = np.zeros((6, 5))
+    _run_serial(caps, lengths, row_b, row_L, supply, order, kind, t0, t1, t2, t3, out)
+    if HAVE_NUMBA:
+        worker_ptr, worker_tasks = _assign(cost, numba.get_num_threads())
+        args = (
+            caps,
+            lengths,
+            row_b,
+            row_L,
+            supply,
+            order,
+            kind,
+            t0,
+            t1,
+            t2,
+            t3,
+            worker_ptr,
+            worker_tasks,
+            out,
+        )
+        _run_parallel(*args)

@@ -1,0 +1,104 @@
+"""Cutting a call into tasks with estimated costs, and spreading them over threads or rounds."""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Closed-form (1-2 layer) rows per task.
+ROWS_PER_TASK = 256
+# A (sample, layer) with at least this many source rows is swept, sink by sink, on the reversed
+# network (the rows vary along a sweep); fewer rows are solved problem by problem.
+SWEEP_ROWS_MIN = 4
+# Sweeps only from this source layer up: with one middle layer (L = 3) the greedy start alone
+# leaves almost nothing for push-relabel, which beats warm-starting (measured on SST-2 attention).
+SWEEP_LAYERS_MIN = 4
+# Sinks per sweep task: enough to amortise a sweep's start, few enough to balance the threads.
+SWEEP_CHUNK = 8
+# Rows per task when the rows are few (each (row, sink) problem solved on its own).
+ROWS_PER_COLD = 16
+
+
+def _sweep_order(supply: np.ndarray) -> np.ndarray:
+    """Rows in an order that keeps consecutive rows alike (a sweep's work grows with how much the
+    rows change): grouped by their largest entry -- the source position, for residual-mixed rows,
+    so e.g. the heads of one source follow each other. supply: (R, N) -> (R,)."""
+    return np.argsort(np.argmax(supply, axis=1), kind="stable")
+
+
+def _plan(row_b: np.ndarray, row_L: np.ndarray, lengths: np.ndarray, supply: np.ndarray):
+    """Tasks and their estimated costs (~ arc visits). Rows must be sorted by (row_b, row_L).
+
+    Rows of layers 1-2 (closed forms) come first in `order`, then the rows solved one problem at
+    a time, then each swept (sample, layer) with its rows in sweep order. Returns (order, kind, t0,
+    t1, t2, t3, cost); a task works on the rows order[t0:t1] (see `_run_task`).
+    """
+    n_rows = row_b.shape[0]
+    new = np.ones(n_rows, dtype=bool)  # a row that starts a (sample, layer) group
+    new[1:] = (row_b[1:] != row_b[:-1]) | (row_L[1:] != row_L[:-1])
+    starts = np.flatnonzero(new)
+    g_rows = np.diff(starts, append=n_rows)
+    g_L = row_L[starts]
+    g_kind = np.where(g_L <= 2, 0, np.where((g_rows >= SWEEP_ROWS_MIN) & (g_L >= SWEEP_LAYERS_MIN), 1, 2))
+    row_kind = np.repeat(g_kind, g_rows)
+    row_n = lengths[row_b]
+    order = np.argsort(row_kind, kind="stable").astype(np.int64)  # stable: still sorted by (b, L)
+    n_of = row_n[order].astype(float)
+    # rough cost of a row over all its sinks: n^2 (closed form), or n problems of ~1-2 passes
+    # over the (L-2) n^2 arcs
+    sorted_kind = row_kind[order]
+    row_cost = np.where(sorted_kind == 0, n_of * n_of, n_of * n_of * n_of * np.maximum(row_L[order] - 2, 1))
+    bounds = np.searchsorted(sorted_kind, [0, 1, 2, 3])
+    csum = np.concatenate(([0.0], np.cumsum(row_cost)))
+    kind, t0, t1, t2, t3 = [], [], [], [], []
+    for k, step in ((0, ROWS_PER_TASK), (2, ROWS_PER_COLD)):
+        lo, hi = bounds[k], bounds[k + 1]
+        first = np.arange(lo, hi, step, dtype=np.int64)
+        (
+            kind.append(np.full(first.size, k, np.int64)),
+            t0.append(first),
+            t1.append(np.minimum(first + step, hi)),
+        )
+        t2.append(np.zeros(first.size, np.int64)), t3.append(np.zeros(first.size, np.int64))
+    pos = bounds[1]
+    for g in np.flatnonzero(g_kind == 1):
+        s, e, n = int(starts[g]), int(starts[g] + g_rows[g]), int(lengths[row_b[starts[g]]])
+        order[pos : pos + e - s] = s + _sweep_order(supply[s:e])
+        sinks = np.arange(0, n, SWEEP_CHUNK, dtype=np.int64)
+        kind.append(np.ones(sinks.size, np.int64)), t0.append(np.full(sinks.size, pos, np.int64))
+        (
+            t1.append(np.full(sinks.size, pos + e - s, np.int64)),
+            t2.append(sinks),
+            t3.append(np.minimum(sinks + SWEEP_CHUNK, n)),
+        )
+        pos += e - s
+    kind, t0, t1, t2, t3 = (np.concatenate(v) for v in (kind, t0, t1, t2, t3))
+    cost = csum[t1] - csum[t0]
+    sweep = kind == 1  # a sweep: ~ one pass over the arcs per row, per sink
+    n_sweep = lengths[row_b[order[t0[sweep]]]]
+    cost[sweep] = (
+        (t1 - t0)[sweep] * np.maximum(row_L[order[t0[sweep]]] - 2, 1) * n_sweep * n_sweep * (t3 - t2)[sweep]
+    )
+    return order, kind, t0, t1, t2, t3, cost
+
+
+def _assign(cost: np.ndarray, n_workers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Longest task first onto the least loaded worker."""
+    order = np.argsort(-cost, kind="stable")
+    load = np.zeros(n_workers)
+    assigned: list[list[int]] = [[] for _ in range(n_workers)]
+    for t in order:
+        w = int(np.argmin(load))
+        assigned[w].append(int(t))
+        load[w] += cost[t]
+    worker_ptr = np.zeros(n_workers + 1, dtype=np.int64)
+    worker_ptr[1:] = np.cumsum([len(a) for a in assigned])
+    worker_tasks = np.asarray([t for a in assigned for t in a], dtype=np.int64)
+    return worker_ptr, worker_tasks
+
+
+def _rounds(cost: np.ndarray, n_rounds: int) -> list[np.ndarray]:
+    """Task ids, longest first, cut into up to `n_rounds` rounds of about equal estimated work."""
+    order = np.argsort(-cost, kind="stable")
+    csum = np.cumsum(cost[order])
+    cuts = np.searchsorted(csum, np.linspace(0.0, csum[-1], n_rounds + 1)[1:-1], side="right")
+    return [r for r in np.split(order, np.unique(cuts)) if r.size]

@@ -95,11 +95,12 @@ def test_a_missing_extra_is_one_line_naming_the_extra_to_install(monkeypatch, ca
     import subprocess
     import sys
 
-    # a fresh interpreter in which transformers cannot be found: the library and the CLI say which extra
+    # a fresh interpreter in which neither torch nor transformers can be found (the base install):
+    # the library and the CLI say which extra to install
     code = (
-        "import sys; sys.modules['transformers'] = None\n"
+        "import sys; sys.modules['torch'] = sys.modules['transformers'] = None\n"
         "import importlib.util as u; real = u.find_spec\n"
-        "u.find_spec = lambda name, *a: None if name == 'transformers' else real(name, *a)\n"
+        "u.find_spec = lambda name, *a: None if name in ('torch', 'transformers') else real(name, *a)\n"
         "from attnflow.cli import main\n"
         "try:\n"
         "    import attnflow.hf\n"
@@ -109,10 +110,10 @@ def test_a_missing_extra_is_one_line_naming_the_extra_to_install(monkeypatch, ca
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert (
-        "LIB attnflow.hf (explaining Hugging Face models) needs 'transformers', which is not installed: "
+        "LIB attnflow.hf (explaining Hugging Face models) needs 'torch', which is not installed: "
         "pip install 'attnflow[hf]'" in run.stdout
     )
     assert run.returncode == 2
     assert run.stderr.strip().splitlines()[-1] == (
-        "attnflow explain: error: 'transformers' is not installed: pip install 'attnflow[hf]'"
+        "attnflow explain: error: 'torch' is not installed: pip install 'attnflow[hf]'"
     )

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .scores import METHODS, logits_forward, token_attributions
+from .scores import logits_forward, method_options, token_attributions
 
 try:
     from captum.attr import Attribution as _Attribution
@@ -65,15 +65,9 @@ class AttnflowAttribution(_Attribution):
         heads: str | int = "mean",
     ) -> None:
         require_captum()
-        if method not in METHODS:
-            raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+        self.options = method_options(method, layer=layer, rows=rows, residual=residual, heads=heads)
         super().__init__(logits_forward(model))
-        self.model = model
-        self.method = method
-        self.layer = layer
-        self.rows = rows
-        self.residual = residual
-        self.heads = heads
+        self.model, self.method = model, method
 
     def attribute(
         self,
@@ -93,8 +87,7 @@ class AttnflowAttribution(_Attribution):
         ids = inputs[0] if as_tuple else inputs
         mask, types = _mask_and_types(additional_forward_args)
         scores = token_attributions(
-            self.model, ids, mask, method=self.method, layer=self.layer, rows=self.rows,
-            residual=self.residual, heads=self.heads, target=target, token_type_ids=types,
+            self.model, ids, mask, method=self.method, target=target, token_type_ids=types, **self.options,
         )  # fmt: skip
         scores = scores.to(device=ids.device, dtype=_float_dtype(self.model)).reshape(ids.shape)
         return (scores,) if as_tuple else scores

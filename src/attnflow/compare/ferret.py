@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .scores import METHODS, token_attributions
+from .scores import method_options, token_attributions
 
 try:
     from ferret import BaseExplainer as _BaseExplainer
@@ -57,11 +57,9 @@ class AttnflowExplainer(_BaseExplainer):
         heads: str | int = "mean",
     ) -> None:
         require_ferret()
-        if method not in METHODS:
-            raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+        self.options = method_options(method, layer=layer, rows=rows, residual=residual, heads=heads)
         super().__init__(model, tokenizer)
         self.method = method
-        self.options = {"layer": layer, "rows": rows, "residual": residual, "heads": heads}
 
     @property
     def NAME(self) -> str:  # ferret's name for it

@@ -17,11 +17,12 @@ import numpy as np
 import torch
 
 from attnflow.explain import EXPLAINER_INPUTS, EXPLAINERS, select_rows
+from attnflow.methods import METHODS as RECORDS
 
 __all__ = ["METHODS", "logits_forward", "token_attributions"]
 
 # Every method the adapters expose: attnflow.explain's registry plus AttnLRP.
-METHODS: tuple[str, ...] = (*EXPLAINERS, "attnlrp")
+METHODS: tuple[str, ...] = tuple(RECORDS)  # every method record (attnflow.methods)
 # Row choices of attnflow.hf.explain_texts that name no position.
 
 
@@ -52,6 +53,16 @@ def logits_forward(model: Any) -> Any:
         return logits
 
     return forward
+
+
+def method_options(
+    method: str, *, layer: int, rows: str | int, residual: float, heads: str | int
+) -> dict[str, Any]:
+    """The options of `token_attributions` for `method` (checked against the records), as the
+    captum and ferret adapters keep them."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    return {"layer": layer, "rows": rows, "residual": residual, "heads": heads}
 
 
 def token_attributions(
@@ -96,8 +107,8 @@ def token_attributions(
         )
     mask = torch.ones_like(ids) if attention_mask is None else attention_mask.reshape(ids.shape)
     types = None if token_type_ids is None else token_type_ids.reshape(ids.shape)
-    if method == "attnlrp":
-        return _attnlrp_scores(model, ids, mask, types, target)
+    if RECORDS[method].kind == "model":
+        return _model_scores(model, ids, mask, types, method, target)
     return _attention_scores(model, ids, mask, types, method, layer, rows, residual, heads, target)
 
 
@@ -147,24 +158,23 @@ def _attention_scores(
     return scores
 
 
-def _attnlrp_scores(
-    model: Any, ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor | None, target: Any
+def _model_scores(
+    model: Any, ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor | None, method: str, target: Any
 ) -> torch.Tensor:
-    from attnflow.attnlrp import attnlrp
-    from attnflow.hf import eager_attention
+    """A model-level method's token scores: the last row of its [layer, token] map (for AttnLRP,
+    the relevance of the word embeddings), one sample at a time on its real tokens."""
+    from attnflow.hf import _explain_batch
 
     targets = _per_sample(target, ids.shape[0])
     scores = torch.zeros(ids.shape, dtype=torch.float64)
-    with eager_attention(model):
-        for b, t in enumerate(targets):
-            keep = mask[b].bool()  # the real tokens only: the explanation of the unpadded text
-            res = attnlrp(
-                model,
-                ids[b][keep],
-                target=t,
-                token_type_ids=None if types is None else types[b][keep],
-            )
-            scores[b, keep.cpu()] = res.input_relevance.detach().to("cpu", torch.float64)
+    for b, t in enumerate(targets):
+        keep = mask[b].bool()  # the real tokens only: the explanation of the unpadded text
+        inputs = {"input_ids": ids[b][keep][None], "attention_mask": torch.ones_like(ids[b][keep])[None]}
+        if types is not None:
+            inputs["token_type_ids"] = types[b][keep][None]
+        _, (res,) = _explain_batch(model, inputs, methods=[method], layer=-1, rows="auto", residual=0.5, heads="mean",
+                                   target="predicted" if t is None else [t], extra_inputs=None)  # fmt: skip
+        scores[b, keep.cpu()] = torch.from_numpy(res["maps"][method][-1])
     return scores
 
 

@@ -22,6 +22,7 @@ METRICS = {
     "auc_negative": "AUC LeRF ↑",
 }
 CHEAP = 2.0  # "cheap": at most this many gradients' cost per sentence
+TIE = 0.02  # comprehensiveness this close to the best counts as as good
 
 
 def best(scores: pd.DataFrame, metric: str) -> str:
@@ -152,6 +153,10 @@ def _pick(last: pd.DataFrame, cost: pd.DataFrame | None) -> str:
     top = comp.idxmax()
     cheap = comp[ratio <= CHEAP]
     text = f" Pick: {LABELS.get(top, top)} is the most comprehensive ({comp[top]:.2f}, {ratio[top]:.2g}× a gradient)"
+    near = ratio[comp >= comp[top] - TIE].dropna()  # as comprehensive, within TIE
+    if not near.empty and near.idxmin() != top:
+        n = near.idxmin()
+        text += f"; {LABELS.get(n, n)} is as comprehensive ({comp[n]:.2f}) at {ratio[n]:.2g}× a gradient, the better buy"
     if not cheap.empty and cheap.idxmax() != top:
         c = cheap.idxmax()
         text += f"; at ≤ {CHEAP:g}× a gradient, {LABELS.get(c, c)} ({comp[c]:.2f}, {ratio[c]:.2g}×)"

@@ -6,7 +6,7 @@ rules as autograd functions, ``patch`` applies them to one model instance inside
 block, ``attnlrp`` runs the pass and returns an ``AttnLRPResult``. See docs/methods/attnlrp.md.
 """
 
-from .api import AttnLRPResult, attnlrp
+from .api import AttnLRPResult, attnlrp, attnlrp_batch
 from .patch import ARCHITECTURES, SUPPORTED, attnlrp_rules
 from .rules import epsilon_rule, identity_rule, layer_norm_identity, rms_norm_identity, scale_gradient
 
@@ -15,6 +15,7 @@ __all__ = [
     "SUPPORTED",
     "AttnLRPResult",
     "attnlrp",
+    "attnlrp_batch",
     "attnlrp_rules",
     "epsilon_rule",
     "identity_rule",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -9,7 +10,7 @@ from torch import Tensor, nn
 
 from .patch import architecture, attnlrp_rules
 
-__all__ = ["AttnLRPResult", "attnlrp"]
+__all__ = ["AttnLRPResult", "attnlrp", "attnlrp_batch", "pools_last_token"]
 
 
 @dataclass(frozen=True)
@@ -75,65 +76,137 @@ def attnlrp(
     >>> torch.isclose(total + out.softmax_absorbed.sum() + out.bias_absorbed, out.logit).item()
     True
     """
-    arch = architecture(model)
     ids = input_ids if input_ids.ndim == 2 else input_ids[None]  # (1, T)
     if ids.ndim != 2 or ids.shape[0] != 1:
         raise ValueError(
             f"attnlrp explains one sequence: input_ids must be (T,) or (1, T), got {tuple(input_ids.shape)}"
         )
+    mask = None if attention_mask is None else attention_mask.reshape(ids.shape)
+    types = None if token_type_ids is None else token_type_ids.reshape(ids.shape)
+    (result,) = attnlrp_batch(
+        model, ids, mask, targets=[target], positions=[position], epsilon=epsilon, token_type_ids=types,
+        lengths=[ids.shape[1]],
+    )  # fmt: skip
+    return result
+
+
+def pools_last_token(model: nn.Module) -> bool:
+    """Whether the model is a decoder classifier (its head reads the last token, not [CLS])."""
+    arch = architecture(model)
+    return arch.head == "classifier" and arch.backbone != "bert"
+
+
+def attnlrp_batch(
+    model: nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor | None = None,
+    *,
+    targets: Sequence[int | None] | None = None,
+    positions: Sequence[int] | None = None,
+    epsilon: float = 0.0,
+    token_type_ids: Tensor | None = None,
+    lengths: Sequence[int] | None = None,
+) -> list[AttnLRPResult]:
+    """``attnlrp`` of each sequence of a right-padded batch (B, T), in ONE forward and ONE backward.
+
+    The samples are independent (masked keys get attention weight exactly 0, no batch statistics),
+    so the backward of Σ_b y_b gives each sample its own ∂y_b/∂x: result b equals ``attnlrp`` on
+    sample b alone, trimmed to its `lengths[b]` real tokens (default: the mask's row sums).
+    targets / positions: per sample, as ``attnlrp``'s target / position (positions count real
+    tokens: -1 is each sample's last). Position and token-type ids are passed per sample, so their
+    relevance is each sample's own. A decoder classifier pools its last token: it is refused with
+    padding (with inputs_embeds it cannot find the padding; run equal lengths or one at a time).
+    """
+    arch = architecture(model)
+    if input_ids.ndim != 2:
+        raise ValueError(f"attnlrp_batch takes input_ids (B, T), got {tuple(input_ids.shape)}")
+    bsz, tokens = input_ids.shape
+    if lengths is None:
+        lengths = [tokens] * bsz if attention_mask is None else [int(n) for n in attention_mask.sum(-1)]
+    lengths = [int(n) for n in lengths]
+    if attention_mask is not None and any(attention_mask[b, n:].any() for b, n in enumerate(lengths)):
+        raise ValueError("attnlrp_batch needs right padding: no mask row has a real token after its lengths[b]")
+    if pools_last_token(model) and bsz > 1 and (len(set(lengths)) > 1 or model.config.pad_token_id is None):
+        raise ValueError(
+            f"{type(model).__name__} pools its last token, which it cannot find in a padded batch of "
+            "embeddings: explain sequences of one length per batch (and set config.pad_token_id)"
+        )
+    tokens = max(lengths)  # columns of padding only are dropped (a pooling head reads the last one)
+    input_ids = input_ids[:, :tokens]
+    attention_mask = None if attention_mask is None else attention_mask[:, :tokens]
+    token_type_ids = None if token_type_ids is None else token_type_ids[:, :tokens]
+    targets = [None] * bsz if targets is None else list(targets)
+    positions = [-1] * bsz if positions is None else list(positions)
+    if len(targets) != bsz or len(positions) != bsz:
+        raise ValueError(f"targets and positions need one entry per sample ({bsz})")
     kwargs: dict = {}
     if attention_mask is not None:
-        kwargs["attention_mask"] = attention_mask.reshape(ids.shape)
+        kwargs["attention_mask"] = attention_mask
     if token_type_ids is not None:
-        kwargs["token_type_ids"] = token_type_ids.reshape(ids.shape)
+        kwargs["token_type_ids"] = token_type_ids
+    if "position" in arch.embeddings:  # per-sample position embeddings: (B, T, C), not (1, T, C)
+        kwargs["position_ids"] = torch.arange(tokens, device=input_ids.device).expand(bsz, tokens)
     if arch.head == "lm":
         kwargs["use_cache"] = False
     # a leaf copy of the word embeddings: its gradient is all we need from the embedding table
     with torch.no_grad():
-        embeds = model.get_input_embeddings()(ids)  # (1, T, C)
+        embeds = model.get_input_embeddings()(input_ids)  # (B, T, C)
     embeds.requires_grad_(True)
 
     with torch.enable_grad(), attnlrp_rules(model, epsilon=epsilon) as record:
         logits = model(inputs_embeds=embeds, **kwargs).logits
-        row = logits[0] if arch.head == "classifier" else logits[0, position]  # (C,) or (V,)
-        t = int(row.argmax()) if target is None else int(target)
-        if not 0 <= t < row.shape[0]:
-            raise ValueError(f"target {t} out of range: the model has {row.shape[0]} outputs")
-        logit = row[t]
+        rows = []  # (C,) or (V,) per sample
+        for b in range(bsz):
+            pos = positions[b] if positions[b] >= 0 else lengths[b] + positions[b]
+            if arch.head == "lm" and not 0 <= pos < lengths[b]:
+                raise ValueError(f"position {positions[b]} out of range for sample {b} of {lengths[b]} tokens")
+            rows.append(logits[b] if arch.head == "classifier" else logits[b, pos])
+        chosen = []
+        for b, row in enumerate(rows):
+            t = int(row.argmax()) if targets[b] is None else int(targets[b])
+            if not 0 <= t < row.shape[0]:
+                raise ValueError(f"target {t} out of range: the model has {row.shape[0]} outputs")
+            chosen.append(t)
+        explained = torch.stack([row[t] for row, t in zip(rows, chosen, strict=True)])  # (B,)
         qk = {id(x): x for x, _ in (*record.q, *record.k)}  # a fused projection is one tensor
         tensors = [embeds, *record.embeddings.values(), *record.hidden, *record.attn, *qk.values()]
-        # one backward; only these tensors' gradients (no parameter .grad is written)
-        grads = torch.autograd.grad(logit, tensors, allow_unused=True, materialize_grads=True)
+        # one backward of Σ_b y_b; only these tensors' gradients (no parameter .grad is written)
+        grads = torch.autograd.grad(explained.sum(), tensors, allow_unused=True, materialize_grads=True)
 
     with torch.no_grad():
         grad_of = dict(zip(map(id, tensors), grads, strict=True))
+        results = []
+        for b, n in enumerate(lengths):
 
-        def rel(x: Tensor) -> Tensor:  # R(x) = x ⊙ ∂logit/∂x, batch axis dropped
-            return (x * grad_of[id(x)])[0]
+            def rel(x: Tensor, b: int = b, n: int = n) -> Tensor:  # R(x) = x ⊙ ∂y_b/∂x of sample b's tokens
+                return (x[b] * grad_of[id(x)][b])[..., :n, :]
 
-        inputs = rel(embeds).sum(-1)  # (T,)
-        extra = {name: rel(x).sum(-1) for name, x in record.embeddings.items()}  # name -> (T,)
-        hidden = torch.stack([rel(h).sum(-1) for h in record.hidden])  # (L + 1, T)
-        # (L, T, T): heads summed; ½: the share of A in the uniform rule on A·V (v gets the other ½)
-        attn = torch.stack([0.5 * rel(a).sum(0) for a in record.attn])
+            inputs = rel(embeds).sum(-1)  # (T,)
+            extra = {name: rel(x).sum(-1) for name, x in record.embeddings.items()}  # name -> (T,)
+            hidden = torch.stack([rel(h).sum(-1) for h in record.hidden])  # (L + 1, T)
+            # (L, T, T): heads summed; ½: the share of A in the uniform rule on A·V (v gets the other ½)
+            attn = torch.stack([0.5 * rel(a)[..., :n].sum(0) for a in record.attn])
 
-        def projection_relevance(pairs: list[tuple[Tensor, slice]]) -> Tensor:
-            return torch.stack([rel(x)[..., part].sum() for x, part in pairs])  # (L,)
+            def projection_relevance(pairs: list[tuple[Tensor, slice]], rel=rel) -> Tensor:
+                return torch.stack([rel(x)[..., part].sum() for x, part in pairs])  # (L,)
 
-        softmax_absorbed = attn.sum((1, 2)) - projection_relevance(record.q) - projection_relevance(record.k)
-        logit = logit.detach()
-        embedding_residual = logit - inputs.sum() - sum(r.sum() for r in extra.values())
-        return AttnLRPResult(
-            logit=logit,
-            target=t,
-            logits=row.detach(),
-            input_relevance=inputs,
-            position_relevance=extra.get("position"),
-            token_type_relevance=extra.get("token_type"),
-            hidden_relevance=hidden,
-            attn_relevance=attn,
-            softmax_absorbed=softmax_absorbed,
-            residual=logit - inputs.sum(),
-            embedding_residual=embedding_residual,
-            bias_absorbed=embedding_residual - softmax_absorbed.sum(),
-        )
+            softmax_absorbed = attn.sum((1, 2)) - projection_relevance(record.q) - projection_relevance(record.k)
+            logit = explained[b].detach()
+            embedding_residual = logit - inputs.sum() - sum(r.sum() for r in extra.values())
+            results.append(
+                AttnLRPResult(
+                    logit=logit,
+                    target=chosen[b],
+                    logits=rows[b].detach(),
+                    input_relevance=inputs,
+                    position_relevance=extra.get("position"),
+                    token_type_relevance=extra.get("token_type"),
+                    hidden_relevance=hidden,
+                    attn_relevance=attn,
+                    softmax_absorbed=softmax_absorbed,
+                    residual=logit - inputs.sum(),
+                    embedding_residual=embedding_residual,
+                    bias_absorbed=embedding_residual - softmax_absorbed.sum(),
+                )
+            )
+        return results

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .api import attnlrp
+from .api import AttnLRPResult, attnlrp, attnlrp_batch, pools_last_token
 
 __all__ = ["METHOD", "attnlrp_map", "attnlrp_maps", "generation_maps"]
 
@@ -38,6 +38,10 @@ def attnlrp_map(
     res = attnlrp(
         model, input_ids, target=target, position=position, epsilon=epsilon, token_type_ids=token_type_ids
     )
+    return _as_map(res)
+
+
+def _as_map(res: AttnLRPResult) -> np.ndarray:
     hidden = res.hidden_relevance.detach().to(torch.float64).cpu().numpy()  # (L + 1, T): h_0 .. h_L
     out = hidden[-2::-1].copy()  # (L, T): row k-1 = R(h_{L-k}), k = 1..L
     out[-1] = res.input_relevance.detach().to(torch.float64).cpu().numpy()
@@ -54,24 +58,38 @@ def attnlrp_maps(
     token_type_ids: torch.Tensor | None = None,
 ) -> list[np.ndarray]:
     """One `attnlrp_map` per sample of a padded batch (B, T): `valid` (B, T) marks real tokens;
-    `positions` (absolute, LMs) the explained position of each sample (default: its last token)."""
+    `positions` (absolute, LMs) the explained position of each sample (default: its last token).
+
+    Right padding (each sample's real tokens first) runs the whole batch in one forward and one
+    backward (`attnlrp_batch`); any other padding, or a decoder classifier over unequal lengths,
+    one sample at a time. Both give each sample the map of its own unpadded sequence."""
+    valid = np.asarray(valid, dtype=bool)
+    real = [np.flatnonzero(v) for v in valid]
+    pos = [-1 if positions is None else int(np.searchsorted(r, int(p))) for r, p in zip(real, positions or real)]
+    lengths = [len(r) for r in real]
+    right_padded = all(np.array_equal(r, np.arange(n)) for r, n in zip(real, lengths, strict=True))
+    pools_last = pools_last_token(model) and (len(set(lengths)) > 1 or model.config.pad_token_id is None)
+    if right_padded and not (pools_last and len(lengths) > 1):
+        mask = torch.as_tensor(valid, device=input_ids.device).long()
+        results = attnlrp_batch(model, input_ids, mask, targets=targets, positions=pos,
+                                token_type_ids=token_type_ids, lengths=lengths)  # fmt: skip
+        return [_as_map(r) for r in results]
     maps = []
     for b in range(input_ids.shape[0]):
-        keep = torch.as_tensor(np.flatnonzero(valid[b]), device=input_ids.device)
-        ids = input_ids[b, keep]
+        keep = torch.as_tensor(real[b], device=input_ids.device)
         types = None if token_type_ids is None else token_type_ids[b, keep]
-        pos = -1 if positions is None else int(np.searchsorted(np.flatnonzero(valid[b]), int(positions[b])))
-        maps.append(attnlrp_map(model, ids, target=targets[b], position=pos, token_type_ids=types))
+        maps.append(attnlrp_map(model, input_ids[b, keep], target=targets[b], position=pos[b], token_type_ids=types))
     return maps
 
 
-def generation_maps(model: Any, run: Any) -> np.ndarray:
+def generation_maps(model: Any, run: Any, *, chunk: int = 8) -> np.ndarray:
     """(n, L, T) AttnLRP maps of each generated token's logit (`run`: attnflow.generate's prompt_ids,
     generated_ids and attn), zero beyond the explained row: map[t, k] = relevance after the top
     k + 1 layers, the last row the input's.
 
-    One forward and one backward per generated token, on prompt + g_0 .. g_{t-1} (a causal row
-    does not see later tokens, so the shorter sequence gives the full sequence's row).
+    The prefixes prompt + g_0 .. g_{t-1} (a causal row does not see later tokens, so the shorter
+    sequence gives the full sequence's row) are right-padded batches of `chunk` tokens' prefixes:
+    one forward and one backward per chunk (`attnlrp_batch`).
     """
     from attnflow.hf import _model_device, eager_attention
 
@@ -80,7 +98,15 @@ def generation_maps(model: Any, run: Any) -> np.ndarray:
     p, n = len(run.prompt_ids), len(run.generated_ids)
     out = np.zeros((n, run.attn.shape[0], len(seq)))
     with eager_attention(model):
-        for t, token in enumerate(run.generated_ids):
-            ids = torch.tensor(seq[: p + t], device=device)
-            out[t, :, : p + t] = attnlrp_map(model, ids, target=int(token), position=-1)
+        for start in range(0, n, chunk):
+            steps = range(start, min(start + chunk, n))
+            lengths = [p + t for t in steps]
+            ids = torch.zeros((len(lengths), max(lengths)), dtype=torch.long, device=device)
+            for row, t in enumerate(steps):
+                ids[row, : p + t] = torch.tensor(seq[: p + t], device=device)
+            mask = (torch.arange(max(lengths), device=device)[None] < torch.tensor(lengths, device=device)[:, None])
+            results = attnlrp_batch(model, ids, mask.long(), targets=[int(run.generated_ids[t]) for t in steps],
+                                    lengths=lengths)  # fmt: skip
+            for t, res in zip(steps, results, strict=True):
+                out[t, :, : p + t] = _as_map(res)
     return out

@@ -4,7 +4,7 @@ Per sample, one score per token (T_i,) of the predicted class's logit z_c:
 
     input_x_gradient      Σ_h e_th ∂z_c/∂e_th                        one forward + one backward
     integrated_gradients  Σ_h (e_th − e'_th) ∫₀¹ ∂z_c(e' + α(e − e'))/∂e_th dα   captum, n_steps points
-    attnlrp               AttnLRP input relevance (attnflow.attnlrp)   one forward + one backward
+    attnlrp               AttnLRP input relevance (attnflow.attnlrp)   one forward + one backward per batch
 
 e are the word embeddings; the IG baseline e' replaces every token but the kept positions (CLS,
 SEP / EOS) by padding. AttnLRP has rules for the Hugging Face classes of
@@ -68,13 +68,14 @@ def _integrated_gradients(
 
 
 def _attnlrp(model: Any, ids: torch.Tensor, mask: torch.Tensor, **_: Any) -> torch.Tensor:
-    from attnflow.attnlrp.maps import attnlrp_map
+    from attnflow.attnlrp.maps import attnlrp_maps
 
     hf = getattr(model, "hf", model)
+    valid = mask.bool().cpu().numpy()
+    maps = attnlrp_maps(hf, ids, valid, targets=[None] * ids.shape[0])  # the predicted class, one pass
     out = torch.zeros(ids.shape, dtype=torch.float64)
-    for b in range(ids.shape[0]):
-        keep = mask[b].bool()
-        out[b, keep.cpu()] = torch.from_numpy(attnlrp_map(hf, ids[b][keep])[-1])  # input relevance
+    for b, m in enumerate(maps):
+        out[b, torch.from_numpy(valid[b])] = torch.from_numpy(m[-1])  # input relevance
     return out
 
 

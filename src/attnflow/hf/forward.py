@@ -161,7 +161,12 @@ def _stack_attentions(out: Any, model: Any) -> tuple[torch.Tensor, ...]:
 
 
 def forward_attentions(
-    model: Any, batch: Any, *, target: Target = None, positions: torch.Tensor | None = None
+    model: Any,
+    batch: Any,
+    *,
+    target: Target = None,
+    positions: torch.Tensor | None = None,
+    attention_grads: bool = True,
 ) -> AttentionOutput:
     """One forward of a transformers model, returning logits, attentions and (optionally) their gradients.
 
@@ -180,6 +185,8 @@ def forward_attentions(
         a masked LM explains its mask position);
       - a callable: logits (or, for models without logits, the model output) -> (B,) scores,
         e.g. ``lambda z: z[:, 3, 42]`` for the logit of token 42 at position 3.
+    attention_grads=False: the target's ids and scores without the backward (no attention_grads),
+    for methods that run their own pass on the chosen class (a callable target gives no ids).
 
     batch: the tokenizer's dict of tensors (input_ids, attention_mask, ...), or pixel_values
     (B, C, H, W) / {"pixel_values": ...} for vision transformers (no padding: every position is
@@ -212,7 +219,7 @@ def forward_attentions(
         )
     inputs = _model_inputs(batch, device)
     mask = inputs.get("attention_mask")
-    want_grad = target is not None
+    want_grad = target is not None and attention_grads
     was_training = model.training
     model.eval()
     try:
@@ -255,6 +262,9 @@ def forward_attentions(
         result.attention_grads = _zero_padding(torch.stack(grads, dim=1), valid)  # (B, L, H, T, T)
         result.scores = scores.detach()
         result.target = ids
+    elif target is not None and logits is not None and not callable(target):
+        scores, ids = _target_scores(out, target, positions)  # no backward: the ids and their scores
+        result.scores, result.target = scores.detach(), ids
     return result
 
 

@@ -50,10 +50,13 @@ def _explain_batch(
             f"method(s) {who} need input(s) {missing} that attnflow.hf cannot make; pass extra_inputs= "
             "or register a maker in attnflow.hf.INPUT_PROVIDERS"
         )
-    # gradients of the target when a method needs them (LRP explains the same target class)
-    want_grad = bool(needs - set(extra_inputs)) or any(name in MODEL_METHODS for name, _, _ in specs)
+    # attention gradients of the target when an explainer needs them (LRP explains the same class);
+    # a model method (its own pass) needs only the target's class / token ids
+    want_grad = bool(needs - set(extra_inputs))
+    want_ids = want_grad or any(name in MODEL_METHODS for name, _, _ in specs)
     positions = _scored_positions(model, inputs, rows, mask_token_id)
-    out = forward_attentions(model, inputs, target=target if want_grad else None, positions=positions)
+    out = forward_attentions(model, inputs, target=target if want_ids else None, positions=positions,
+                             attention_grads=want_grad)  # fmt: skip
     ctx = InputContext(model=model, inputs=inputs, out=out, target=target)
     made = {n: INPUT_PROVIDERS[n](ctx) for n in sorted(needs) if n not in extra_inputs}
     bsz, num_layers, _, tokens, _ = out.attentions.shape

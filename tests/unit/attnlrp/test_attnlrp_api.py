@@ -129,3 +129,39 @@ def test_epsilon_absorbs_relevance_and_vanishes_at_zero():
     plain, tiny_eps, huge = (attnlrp(model, IDS, target=0, epsilon=e) for e in (0.0, 1e-12, 1e3))
     assert torch.allclose(tiny_eps.input_relevance, plain.input_relevance, rtol=1e-8, atol=1e-12)
     assert huge.input_relevance.abs().sum() < 1e-6 * plain.input_relevance.abs().sum()
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama", "gpt2_cls"])
+def test_one_batched_pass_gives_each_sample_its_own_relevances(name):
+    # Σ_b y_b backwards once: independent samples (masked keys weigh exactly 0) get ∂y_b/∂x each
+    from attnflow.attnlrp import attnlrp_batch
+
+    model = tiny(name)
+    model.config.pad_token_id = 0
+    lengths = [7, 5, 3] if name != "gpt2_cls" else [6, 6, 6]  # a decoder classifier: one length
+    ids = torch.zeros(3, 7, dtype=torch.long)
+    for b, n in enumerate(lengths):
+        ids[b, :n] = IDS[:n] + b
+    mask = (torch.arange(7)[None] < torch.tensor(lengths)[:, None]).long()
+    targets, positions = [0, None, 2], [-1, 1, -2]
+    batched = attnlrp_batch(model, ids, mask, targets=targets, positions=positions, lengths=lengths)
+    for b, n in enumerate(lengths):
+        alone = attnlrp(model, ids[b, :n], target=targets[b], position=positions[b])
+        assert batched[b].target == alone.target
+        for field in ("logit", "input_relevance", "hidden_relevance", "attn_relevance", "softmax_absorbed",
+                      "bias_absorbed", "position_relevance", "token_type_relevance"):  # fmt: skip
+            ours, ref = getattr(batched[b], field), getattr(alone, field)
+            assert (ours is None) == (ref is None), field
+            if ref is not None:
+                torch.testing.assert_close(ours, ref, rtol=1e-9, atol=1e-11, msg=field)
+
+
+def test_a_batch_that_is_not_right_padded_is_refused():
+    from attnflow.attnlrp import attnlrp_batch
+
+    ids = torch.stack([IDS[:5], IDS[:5]])
+    left = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
+    with pytest.raises(ValueError, match="right padding"):
+        attnlrp_batch(tiny("bert"), ids, left)
+    with pytest.raises(ValueError, match="one length per batch"):
+        attnlrp_batch(tiny("gpt2_cls"), ids, torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]))

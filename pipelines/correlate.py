@@ -6,6 +6,7 @@ import pandas as pd
 from omegaconf import DictConfig
 
 from attnflow.attribution.samples import blank_switches
+from attnflow.explanation_file import load_study_maps
 from attnflow.io import load_aligned, load_ragged, write_json, write_parquet, write_text
 from attnflow.metrics.tables import (
     CorrelationSettings,
@@ -22,7 +23,9 @@ def run(cfg: DictConfig, task: str) -> None:
     paths, opts, methods = _stage.paths(cfg), cfg.correlate, list(cfg.explain.methods)
     with _stage.stage_run(cfg, "correlate", task, inputs=[paths.maps(task), paths.importance(task)]) as mlrun:
         importance, ids = load_ragged(paths.importance(task), with_ids=True)
-        maps = load_aligned(paths.maps(task), ids, against=str(paths.importance(task)))  # joined on sample_id
+        maps = load_study_maps(
+            paths.maps(task), ids, against=str(paths.importance(task))
+        )  # joined on sample_id
         if missing := [m for m in methods if m not in maps]:
             raise ValueError(f"{paths.maps(task)}: no maps for {missing}; re-run the explain stage")
         settings = CorrelationSettings(opts.spearman, opts.undefined, dict(opts.include_cls))

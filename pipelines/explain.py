@@ -5,7 +5,8 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from attnflow.explain.samples import explain_samples
-from attnflow.io import load_aligned, load_ragged, save_ragged
+from attnflow.explanation_file import save_study_maps
+from attnflow.io import load_aligned, load_ragged
 from attnflow.method_inputs import needed_inputs
 from pipelines import _stage
 
@@ -21,7 +22,7 @@ def run(cfg: DictConfig, task: str) -> None:
             captured["attn"], methods=methods, residual=opts.residual, heads=opts.heads,
             rows=cfg.task[task].rows, per_head=opts.per_head, extra=extra, cls_self=opts.cls_self, progress=True,
         )  # fmt: skip
-        save_ragged(paths.maps(task), maps, ids=ids)
+        save_study_maps(paths.maps(task), maps, ids)
         mlrun.log_metrics({"n_samples": len(ids)})
 
 

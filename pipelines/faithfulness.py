@@ -8,6 +8,7 @@ from attnflow.attribution.comparators import compare_on_subset
 from attnflow.attribution.faithfulness import faithfulness_study, faithfulness_subset
 from attnflow.attribution.samples import study_options
 from attnflow.devices import resolve_device
+from attnflow.explanation_file import load_study_maps
 from attnflow.io import load_aligned, read_parquet, write_json, write_parquet, write_text
 from attnflow.metrics.tables import faithfulness_tree, perturbation_curves_frame
 from attnflow.models import load_classifier
@@ -21,9 +22,8 @@ def run(cfg: DictConfig, task: str) -> None:
     with _stage.stage_run(cfg, "faithfulness", task, inputs=inputs) as mlrun:
         samples = read_parquet(paths.samples(task))
         ids, against = samples["sample_id"], str(paths.samples(task))  # joined on sample_id
-        maps, importance = (
-            load_aligned(p, ids, against=against) for p in (paths.maps(task), paths.importance(task))
-        )
+        maps = load_study_maps(paths.maps(task), ids, against=against)
+        importance = load_aligned(paths.importance(task), ids, against=against)
         device = resolve_device(cfg.trainer.device)
         model, encoder = load_classifier(paths.model(task), device=device)
         n_samples, keep = cfg.task[task].faithfulness.n_samples, get_task(task).special_positions

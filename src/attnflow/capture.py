@@ -1,4 +1,5 @@
-"""The one bridge from a model to tensors: run a classifier and keep what the explainers need.
+"""The study's capture: run a classifier over samples (`attnflow.bridge.forward`) and keep, per sample,
+what the explainers need.
 
 The model follows the ``attnflow.models`` interface: ``model(input_ids, attention_mask,
 output_attentions=True)`` returns logits ``(B, C)`` and attentions ``(B, L, H, T, T)``
@@ -20,12 +21,13 @@ import torch
 from tqdm.auto import tqdm
 
 from attnflow.batches import length_batches
+from attnflow.bridge import forward
 from attnflow.data.subsets import seeded_split
 
 __all__ = [
     "CLASS_INPUTS",
     "SELECTIONS",
-    "Captured",
+    "CapturedSamples",
     "StudySamples",
     "capture",
     "capture_split",
@@ -39,7 +41,7 @@ CLASS_INPUTS = ("attn_grad", "attn_relevance")
 
 
 @dataclass
-class Captured:
+class CapturedSamples:
     """Per-sample model outputs; lists are aligned with the input texts."""
 
     input_ids: list[np.ndarray]  # (T_i,) int64
@@ -67,7 +69,7 @@ def capture(
     dtype: np.dtype | str = np.float32,
     device: str | torch.device = "cpu",
     progress: bool = True,
-) -> Captured:
+) -> CapturedSamples:
     """Run ``model`` over ``texts`` in length-sorted batches and keep per-sample attentions.
 
     ``encoder.encode(texts, max_length)`` must return ``input_ids`` and ``attention_mask``
@@ -91,9 +93,7 @@ def capture(
             batch = encoder.encode([texts[i] for i in idx], max_length=max_length)
             ids = batch["input_ids"].to(device)
             mask = batch["attention_mask"].to(device)
-            out = model(ids, mask, output_attentions=True)
-            if out.attentions is None:
-                raise ValueError("the model returned no attentions; load it with eager attention")
+            out = forward(model, {"input_ids": ids, "attention_mask": mask})
             p = torch.softmax(out.logits.float(), dim=-1).cpu().numpy()
             if probs is None:
                 probs = np.zeros((n, p.shape[1]), dtype=np.float32)
@@ -107,7 +107,7 @@ def capture(
                 probs[i] = p[row]
     finally:
         model.train(was_training)
-    return Captured(  # type: ignore[arg-type]
+    return CapturedSamples(  # type: ignore[arg-type]
         input_ids, tokens, attentions, probs if probs is not None else np.zeros((0, 2), np.float32)
     )
 
@@ -200,7 +200,6 @@ def class_relevance(
     ``target``: "predicted" (the model's class), "gold" (``labels``) or a class index.
     """
     from attnflow.batches import pad_batch
-    from attnflow.lrp import lrp_relevance
 
     if unknown := sorted(set(needs) - set(CLASS_INPUTS)):
         raise ValueError(f"unknown class-specific input(s) {unknown}; known: {CLASS_INPUTS}")
@@ -219,9 +218,10 @@ def class_relevance(
         chosen = (
             None if target == "predicted" else torch.as_tensor(gold[idx]) if target == "gold" else int(target)
         )
-        result = lrp_relevance(model, ids.to(device), mask.to(device), target=chosen)
+        batch = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
+        result = forward(model, batch, needs, target="predicted" if chosen is None else chosen)
         for name in needs:
-            values = getattr(result, name).float().cpu().numpy()  # (B, L, H, T, T)
+            values = result.need(name).float().cpu().numpy()  # (B, L, H, T, T)
             for row, i in enumerate(idx):
                 t = len(rows[i])
                 out[name][i] = values[row, :, :, :t, :t].astype(dtype)

@@ -65,7 +65,9 @@ def test_explain_on_the_packaged_minilm_prints_the_table_and_writes_every_format
         *[f"explain_{i}.png" for i in (1, 2, 3)],
     ]
     assert (out / "explain_1.png").read_bytes()[:4] == b"\x89PNG"
-    records = json.loads((out / "explain.json").read_text(encoding="utf-8"))
+    saved = json.loads((out / "explain.json").read_text(encoding="utf-8"))
+    assert (saved["format"], saved["kind"]) == ("attnflow.explanations", "text")  # one versioned format
+    records = saved["records"]
     assert [r["text"] for r in records] == [
         "A gripping, funny film.",
         "the plot is thin.",

@@ -97,7 +97,7 @@ def test_the_method_list_is_the_explainer_registry():
             "task.agreement.data.split={'train': 0.9, 'val': 0.1, 'test': 0.1}: fractions must be >= 0 and sum to 1",
         ),
         ("task.agreement.model.n_head=3", "task.agreement.model.n_head=3: must divide model.n_embd=128"),
-        ("task.agreement.model.dropout=1.0", "task.agreement.model.dropout=1.0"),
+        ("task.agreement.model.attn_pdrop=1.0", "task.agreement.model.attn_pdrop=1.0: must lie in [0, 1)"),
     ],
 )
 def test_value_out_of_range_or_empty_is_refused_at_start_naming_the_key(override, key):
@@ -139,3 +139,64 @@ def test_default_protocol_is_the_notebook_that_printed_tables_1_2():
         False,
     )
     assert (cfg.correlate.spearman, cfg.correlate.include_cls.blank_out) == ("dense_noties", True)
+
+
+def _ranged_fields(schema, prefix=""):
+    """(dotted key, field) of every field that carries a Range, through nested dataclasses."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(schema)
+    for f in dataclasses.fields(schema):
+        if "range" in f.metadata:
+            yield prefix + f.name, f
+        kind = hints[f.name]
+        if dataclasses.is_dataclass(kind):
+            yield from _ranged_fields(kind, f"{prefix}{f.name}.")
+
+
+def test_every_range_on_the_schema_is_enforced_by_the_one_check():
+    # the schema's fields carry their ranges; problems() (what compose, the stages and the CLI call)
+    # refuses a value outside each one, naming the key -- for the study's groups and each task block
+    import copy
+
+    from attnflow.schema import StudyConfig, TaskConfig, problems
+    from attnflow.tasks import TASKS
+
+    tree = OmegaConf.to_container(_config.compose())
+    assert problems(tree) == []
+    fields = [(k, f) for k, f in _ranged_fields(StudyConfig) if not k.startswith("task")]
+    for name in tree["task"]:
+        fields += [(f"task.{name}.{k}", f) for k, f in _ranged_fields(TaskConfig)]
+        for block, schema in (("data", TASKS[name].data_config), ("model", TASKS[name].model_config)):
+            fields += [(f"task.{name}.{block}.{k}", f) for k, f in _ranged_fields(schema)]
+    assert len(fields) >= 45  # every rule pipelines/_config.py used to keep in its own table
+    for key, f in fields:
+        allowed, each = f.metadata["range"], f.metadata["each"]
+        broken = copy.deepcopy(tree)
+        *parents, last = key.split(".")
+        node = broken
+        for part in parents:
+            node = node[part]
+        current = node[last]
+        pool = (
+            ([[0], [-1]] if each else [[]])
+            if isinstance(current, list)
+            else [{}]
+            if isinstance(current, dict)
+            else [-1, 0, 1, 1.5]
+        )
+        bad = next(
+            v for v in pool if (any(not allowed.check(x) for x in v) if each else not allowed.check(v))
+        )
+        node[last] = bad
+        found = problems(broken)
+        assert any(p.startswith(f"{key}") and allowed.rule in p for p in found), (key, bad, found)
+
+
+def test_the_cli_checks_its_residual_with_the_studys_rule():
+    from attnflow.schema import value_problem
+
+    assert value_problem("explain.residual", 0.5) is None
+    assert value_problem("explain.residual", 1.5) == "must lie in [0, 1]"
+    assert value_problem("explain.heads", "median") == "is not one of mean, sum, max"

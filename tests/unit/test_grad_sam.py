@@ -63,7 +63,7 @@ def test_the_record_makes_it_a_method_of_the_library_and_both_cli_verbs(tmp_path
     code = main(["explain", "--model", str(model), "--text", "good movie", "--method", "rollout,grad_sam",
                  "--quiet", "--device", "cpu", "--out", str(tmp_path / "out"), "--format", "json"])  # fmt: skip
     assert code == 0, capsys.readouterr().err
-    (saved,) = json.loads((tmp_path / "out" / "explain.json").read_text())
+    (saved,) = json.loads((tmp_path / "out" / "explain.json").read_text())["records"]
     assert np.asarray(saved["maps"]["grad_sam"]).shape == (2, 4)  # (layer, token): [CLS] good movie [SEP]
 
 

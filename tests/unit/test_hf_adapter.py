@@ -468,4 +468,4 @@ def test_explanations_round_trip_through_json_and_safetensors(tmp_path, suffix):
     assert len(back) == 2 and back[1].tokens == e.tokens and back[1].label == "POSITIVE"
     np.testing.assert_allclose(back[0].maps["flow"], e.maps["flow"])
     if suffix == ".json":
-        assert json.loads(path.read_text())[0]["logits"] == [0.1, 0.9]
+        assert json.loads(path.read_text())["records"][0]["logits"] == [0.1, 0.9]

@@ -115,7 +115,11 @@ GOOD = {"tokens": ["a", "b"], "maps": {"flow": [[0.5, 0.5]]}, "layer": 0, "row":
 BAD_JSON = {
     "not json": (b"{oops", "invalid JSON at line 1"),
     "not utf-8": (b'[{"tokens": "\xff"}]', "not UTF-8"),
-    "an object": (b'{"tokens": []}', "expected a list of explanations, found a dict"),
+    "an object without the header": (b'{"tokens": []}', "no 'attnflow.explanations' header"),
+    "a header without records": (
+        json.dumps({"format": "attnflow.explanations", "version": 2, "kind": "text", "records": {}}).encode(),
+        "expected a list of explanations, found a dict",
+    ),
     "a list of lists": (b"[[1, 2]]", "explanation 0 is a list"),
     "no maps": (json.dumps([{"tokens": ["a"], "layer": 0, "row": 0}]).encode(), "explanation 0 lacks maps"),
     "tokens not strings": (
@@ -147,7 +151,7 @@ def test_a_malformed_json_explanation_file_is_one_value_error_naming_it(tmp_path
     ("case", "what"),
     [
         ("garbage", "not a readable safetensors file"),
-        ("no metadata", "no 'explanations' entry in its metadata"),
+        ("no metadata", "no 'attnflow' header nor 'explanations' entry in its metadata"),
         ("metadata not json", "'explanations' metadata is not valid JSON"),
         ("missing tensor", "tensor\\(s\\) 0/flow missing"),
         ("no methods", "explanation 0 has no list of methods"),

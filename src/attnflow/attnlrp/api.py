@@ -125,7 +125,9 @@ def attnlrp_batch(
         lengths = [tokens] * bsz if attention_mask is None else [int(n) for n in attention_mask.sum(-1)]
     lengths = [int(n) for n in lengths]
     if attention_mask is not None and any(attention_mask[b, n:].any() for b, n in enumerate(lengths)):
-        raise ValueError("attnlrp_batch needs right padding: no mask row has a real token after its lengths[b]")
+        raise ValueError(
+            "attnlrp_batch needs right padding: no mask row has a real token after its lengths[b]"
+        )
     if pools_last_token(model) and bsz > 1 and (len(set(lengths)) > 1 or model.config.pad_token_id is None):
         raise ValueError(
             f"{type(model).__name__} pools its last token, which it cannot find in a padded batch of "
@@ -159,7 +161,9 @@ def attnlrp_batch(
         for b in range(bsz):
             pos = positions[b] if positions[b] >= 0 else lengths[b] + positions[b]
             if arch.head == "lm" and not 0 <= pos < lengths[b]:
-                raise ValueError(f"position {positions[b]} out of range for sample {b} of {lengths[b]} tokens")
+                raise ValueError(
+                    f"position {positions[b]} out of range for sample {b} of {lengths[b]} tokens"
+                )
             rows.append(logits[b] if arch.head == "classifier" else logits[b, pos])
         chosen = []
         for b, row in enumerate(rows):
@@ -190,7 +194,9 @@ def attnlrp_batch(
             def projection_relevance(pairs: list[tuple[Tensor, slice]], rel=rel) -> Tensor:
                 return torch.stack([rel(x)[..., part].sum() for x, part in pairs])  # (L,)
 
-            softmax_absorbed = attn.sum((1, 2)) - projection_relevance(record.q) - projection_relevance(record.k)
+            softmax_absorbed = (
+                attn.sum((1, 2)) - projection_relevance(record.q) - projection_relevance(record.k)
+            )
             logit = explained[b].detach()
             embedding_residual = logit - inputs.sum() - sum(r.sum() for r in extra.values())
             results.append(

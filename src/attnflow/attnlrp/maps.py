@@ -65,7 +65,10 @@ def attnlrp_maps(
     one sample at a time. Both give each sample the map of its own unpadded sequence."""
     valid = np.asarray(valid, dtype=bool)
     real = [np.flatnonzero(v) for v in valid]
-    pos = [-1 if positions is None else int(np.searchsorted(r, int(p))) for r, p in zip(real, positions or real)]
+    if positions is None:
+        pos = [-1] * len(real)
+    else:
+        pos = [int(np.searchsorted(r, int(p))) for r, p in zip(real, positions, strict=True)]
     lengths = [len(r) for r in real]
     right_padded = all(np.array_equal(r, np.arange(n)) for r, n in zip(real, lengths, strict=True))
     pools_last = pools_last_token(model) and (len(set(lengths)) > 1 or model.config.pad_token_id is None)
@@ -78,7 +81,9 @@ def attnlrp_maps(
     for b in range(input_ids.shape[0]):
         keep = torch.as_tensor(real[b], device=input_ids.device)
         types = None if token_type_ids is None else token_type_ids[b, keep]
-        maps.append(attnlrp_map(model, input_ids[b, keep], target=targets[b], position=pos[b], token_type_ids=types))
+        maps.append(
+            attnlrp_map(model, input_ids[b, keep], target=targets[b], position=pos[b], token_type_ids=types)
+        )
     return maps
 
 
@@ -104,7 +109,10 @@ def generation_maps(model: Any, run: Any, *, chunk: int = 8) -> np.ndarray:
             ids = torch.zeros((len(lengths), max(lengths)), dtype=torch.long, device=device)
             for row, t in enumerate(steps):
                 ids[row, : p + t] = torch.tensor(seq[: p + t], device=device)
-            mask = (torch.arange(max(lengths), device=device)[None] < torch.tensor(lengths, device=device)[:, None])
+            mask = (
+                torch.arange(max(lengths), device=device)[None]
+                < torch.tensor(lengths, device=device)[:, None]
+            )
             results = attnlrp_batch(model, ids, mask.long(), targets=[int(run.generated_ids[t]) for t in steps],
                                     lengths=lengths)  # fmt: skip
             for t, res in zip(steps, results, strict=True):

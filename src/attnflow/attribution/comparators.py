@@ -173,7 +173,7 @@ def cost_steps(
     """One timed step per attention method (the capture forward, the class-specific inputs it
     needs, and the explainer on every sample's rows, as the study computes it) and per importance
     score (blank-out, input gradients: the attribute stage's call with its options)."""
-    from attnflow.capture import class_relevance
+    from attnflow.bridge import forward
     from attnflow.explain import EXPLAINERS
     from attnflow.method_inputs import EXPLAINER_INPUTS, method_rows
 
@@ -186,18 +186,15 @@ def cost_steps(
         row = method_rows(method, task_rows)
         for idx in length_batches([len(r) for r in rows], batch_size):
             ids, mask = pad_batch([rows[i] for i in idx], pad_id)
-            with torch.no_grad():
-                att = (
-                    model(ids.to(device), mask.to(device), output_attentions=True)
-                    .attentions.float()
-                    .cpu()
-                    .numpy()
-                )
-            extra = class_relevance(model, [rows[i] for i in idx], [0] * len(idx), needs=needs, pad_id=pad_id,
-                                    device=device) if needs else {}  # fmt: skip
+            batch = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
+            got = forward(model, batch, ("attentions", *needs))  # the class-specific inputs: predicted class
+            att, extra = (
+                got.attentions.float().cpu().numpy(),
+                {k: got.need(k).float().cpu().numpy() for k in needs},
+            )
             for r, i in enumerate(idx):
                 t = len(rows[i])
-                kwargs = {k: extra[k][r] for k in needs}
+                kwargs = {k: extra[k][r, :, :, :t, :t] for k in needs}
                 EXPLAINERS[method](att[r, :, :, :t, :t], rows=[0] if row == "cls" else None, **kwargs)
 
     steps: dict[str, Callable[[], Any]] = {m: (lambda m=m: attention_step(m)) for m in methods}

@@ -26,14 +26,14 @@ from attnflow.cli.common import (
     resolve_device,
 )
 from attnflow.cli.inputs import (
-    _write_error,
     check_encoding,
     check_out,
     read_inputs,
-    said_written,
     terminal_text,
     write_data,
+    write_outputs,
 )
+from attnflow.schema import value_problem
 
 
 def _add_explain(sub: Any) -> None:
@@ -114,8 +114,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     formats = parse_formats(args.format or (DEFAULT_FORMATS if len(texts) <= PNG_INPUTS else MANY_FORMATS))
     if args.batch_size < 1:
         raise CLIError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if not 0.0 <= args.residual <= 1.0:
-        raise CLIError(f"--residual must be in [0, 1], got {args.residual}")
+    if problem := value_problem("explain.residual", args.residual):  # the study's rule (attnflow.schema)
+        raise CLIError(f"--residual {args.residual}: {problem}")
     if args.out is not None:
         check_out(args.out)
 
@@ -159,12 +159,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
             print(token_table(e.tokens, scores, title=title, muted=muted))
             print()
 
-    if args.out is None:
-        return 0
-    out = Path(args.out)
-    try:
+    def write(out: Path, name: str) -> list[Path]:
         written: list[Path] = []
-        name = Path(args.model).name or args.model
         if "png" in formats:
             for i, e in enumerate(explanations):
                 fig = explanation_figure(e, methods=methods, name=name, scale=args.scale)
@@ -172,7 +168,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
         if "html" in formats:
             items = [explanation_item(e, methods=methods, name=name) for e in explanations]
             written.append(write_html(out / "explain.html", items, title=f"attnflow explain · {name}"))
-        written += write_data(save_explanations, explanations, out, "explain", formats)
-    except OSError as exc:  # checked by check_out; a disk may still fill or a folder vanish
-        raise _write_error(out, exc) from None
-    return said_written(written, quiet=args.quiet)
+        return written + write_data(save_explanations, explanations, out, "explain", formats)
+
+    return write_outputs(args, write)

@@ -6,20 +6,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from attnflow.cli.common import (
-    DEFAULT_FORMATS,
-    FORMATS,
-    CLIError,
-    HelpFormatter,
-    _quiet_transformers,
-    layer_index,
-    load,
-    parse_formats,
-    parse_layer,
-    resolve_device,
-)
-from attnflow.cli.inputs import _write_error, check_encoding, check_out, read_inputs, said_written, write_data
+from attnflow.cli import common
+from attnflow.cli.inputs import check_encoding, check_out, read_inputs, write_data, write_outputs
 from attnflow.methods import generation_methods
+from attnflow.schema import value_problem
 
 GENERATE_METHODS = tuple(r.name for r in generation_methods())  # the method records (attnflow.methods)
 GENERATED_ROWS_PER_PAGE = 40  # rows of one generation PNG page (keeps it under viz.MAX_PNG_PIXELS)
@@ -38,7 +28,7 @@ def _add_generate(sub: Any) -> None:
             "writes a PNG heatmap (generated x prompt per method, and layer x prompt for that token), "
             "an HTML page and/or the maps."
         ),
-        formatter_class=HelpFormatter,
+        formatter_class=common.HelpFormatter,
     )
     p.add_argument(
         "--model",
@@ -89,7 +79,9 @@ def _add_generate(sub: Any) -> None:
         "deleted vs k random ones (e.g. 1,3)",
     )
     p.add_argument("--out", help="folder for the files (none written without it)")
-    p.add_argument("--format", default=DEFAULT_FORMATS, help=f"comma-separated: {', '.join(FORMATS)}")
+    p.add_argument(
+        "--format", default=common.DEFAULT_FORMATS, help=f"comma-separated: {', '.join(common.FORMATS)}"
+    )
     p.add_argument(
         "--scale",
         choices=("panel", "row"),
@@ -110,9 +102,9 @@ def _parse_ks(text: str | None) -> list[int]:
     try:
         ks = [int(k) for k in text.split(",") if k.strip()]
     except ValueError:
-        raise CLIError(f"--faithfulness {text!r}: comma-separated whole numbers, e.g. 1,3") from None
+        raise common.CLIError(f"--faithfulness {text!r}: comma-separated whole numbers, e.g. 1,3") from None
     if not ks or min(ks) < 1:
-        raise CLIError(f"--faithfulness {text!r}: comma-separated numbers >= 1, e.g. 1,3")
+        raise common.CLIError(f"--faithfulness {text!r}: comma-separated numbers >= 1, e.g. 1,3")
     return ks
 
 
@@ -122,7 +114,9 @@ def _generate_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, key)
         if value is not None:
             if not args.sample:
-                raise CLIError(f"--{key.replace('_', '-')} needs --sample (greedy decoding ignores it)")
+                raise common.CLIError(
+                    f"--{key.replace('_', '-')} needs --sample (greedy decoding ignores it)"
+                )
             kwargs[key] = value
     return kwargs
 
@@ -137,7 +131,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     methods = [m.strip() for m in args.method.split(",") if m.strip()]
     bad = [m for m in methods if m not in GENERATE_METHODS]
     if bad or not methods:
-        raise CLIError(
+        raise common.CLIError(
             f"unknown method {', '.join(bad) or repr(args.method)}; choose from {', '.join(GENERATE_METHODS)}"
         )
     methods = list(dict.fromkeys(methods))
@@ -145,47 +139,49 @@ def cmd_generate(args: argparse.Namespace) -> int:
         prompts = read_inputs(
             args.prompt, args.file, option="--prompt", encoding=check_encoding(args.encoding)
         )
-    except CLIError as exc:
+    except common.CLIError as exc:
         if not str(exc).startswith("nothing to explain:"):
             raise
-        raise CLIError(
+        raise common.CLIError(
             "nothing to complete: pass --prompt TEXT or --file FILE (one prompt per line)"
         ) from None
-    formats = parse_formats(args.format)
-    layer = parse_layer(args.layer, mean=True)
+    formats = common.parse_formats(args.format)
+    layer = common.parse_layer(args.layer, mean=True)
     ks = _parse_ks(args.faithfulness)
     if args.max_new_tokens < 1:
-        raise CLIError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    if not 0.0 <= args.residual <= 1.0:
-        raise CLIError(f"--residual must be in [0, 1], got {args.residual}")
+        raise common.CLIError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if problem := value_problem("explain.residual", args.residual):  # the study's rule (attnflow.schema)
+        raise common.CLIError(f"--residual {args.residual}: {problem}")
     gen_kwargs = _generate_kwargs(args)
     if args.out is not None:
         check_out(args.out)
 
-    _quiet_transformers()
+    common._quiet_transformers()
     from attnflow.display import layer_labels
     from attnflow.generate import SMOLLM2, explain_generation, faithfulness, resolve_lm
     from attnflow.generate.explanation import save_generations
     from attnflow.hf import AttentionUnavailableError, check_vocabulary
     from attnflow.viz import page_slices, shorten, token_table, write_html, write_png
 
-    device = resolve_device(args.device)
+    device = common.resolve_device(args.device)
     name = args.model
     if name == SMOLLM2:
         try:
             name = resolve_lm(name, cache=args.cache_dir)
         except ImportError as exc:
-            raise CLIError(f"--model {args.model}: {exc}") from None
-    model, tokenizer = load(name, device)
+            raise common.CLIError(f"--model {args.model}: {exc}") from None
+    model, tokenizer = common.load(name, device)
     if not callable(getattr(tokenizer, "convert_ids_to_tokens", None)):
-        raise CLIError(f"--model {args.model}: it takes images, not text")
+        raise common.CLIError(f"--model {args.model}: it takes images, not text")
     can_generate = getattr(model, "can_generate", None)
     if not (callable(can_generate) and can_generate()) or getattr(model.config, "is_encoder_decoder", False):
-        raise CLIError(f"--model {args.model}: {type(model).__name__} is not a decoder-only language model")
+        raise common.CLIError(
+            f"--model {args.model}: {type(model).__name__} is not a decoder-only language model"
+        )
     try:
         check_vocabulary(tokenizer, prompts)
     except ValueError as exc:
-        raise CLIError(f"--model {args.model}: {exc}") from None
+        raise common.CLIError(f"--model {args.model}: {exc}") from None
     explanations = []
     checks = []
     for prompt in prompts:
@@ -199,18 +195,20 @@ def cmd_generate(args: argparse.Namespace) -> int:
             usable = [k for k in ks if k < e.n_prompt]  # at least one prompt token must stay
             checks.append(faithfulness(model, e, ks=usable, seed=args.seed or 0) if usable else None)
         except AttentionUnavailableError as exc:
-            raise CLIError(f"--model {args.model}: {exc}") from None
+            raise common.CLIError(f"--model {args.model}: {exc}") from None
         except ValueError as exc:
-            raise CLIError(str(exc)) from exc
+            raise common.CLIError(str(exc)) from exc
         except TypeError as exc:  # a model without generate / logits
-            raise CLIError(f"--model {args.model}: cannot generate with it ({exc})") from None
+            raise common.CLIError(f"--model {args.model}: cannot generate with it ({exc})") from None
 
     for e in explanations:
         n = e.n_generated
         if not -n <= args.token < n:
-            raise CLIError(f"--token {args.token}: the completion has {n} generated tokens (use 0..{n - 1})")
+            raise common.CLIError(
+                f"--token {args.token}: the completion has {n} generated tokens (use 0..{n - 1})"
+            )
     if explanations:  # one model: one layer count
-        layer = layer_index(layer, explanations[0].num_layers)
+        layer = common.layer_index(layer, explanations[0].num_layers)
 
     if not args.quiet:
         for i, (e, check) in enumerate(zip(explanations, checks, strict=True)):
@@ -235,12 +233,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
                     print(f"log-prob drop, {k} prompt token(s) deleted (mean over generated tokens): {cells}")
             print()
 
-    if args.out is None:
-        return 0
-    out = Path(args.out)
-    try:
+    def write(out: Path, label: str) -> list[Path]:
         written: list[Path] = []
-        label = Path(args.model).name or args.model
         many = len(explanations) > 1
         for i, e in enumerate(explanations):
             stem = f"generate_{i + 1:0{len(str(len(explanations)))}d}" if many else "generate"
@@ -292,7 +286,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
                     row_name="generated token",
                 )
             )
-        written += write_data(save_generations, explanations, out, "generate", formats)
-    except OSError as exc:  # checked by check_out; a disk may still fill or a folder vanish
-        raise _write_error(out, exc) from None
-    return said_written(written, quiet=args.quiet)
+        return written + write_data(save_generations, explanations, out, "generate", formats)
+
+    return write_outputs(args, write)

@@ -8,7 +8,7 @@ import codecs
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +149,20 @@ def _write_error(out: Path, exc: OSError) -> CLIError:
 def write_data(save: Any, results: Sequence[Any], out: Path, verb: str, formats: Sequence[str]) -> list[Path]:
     """`save(results, out / "<verb>.<fmt>")` for each data format asked for (json, then safetensors)."""
     return [save(results, out / f"{verb}.{fmt}") for fmt in ("json", "safetensors") if fmt in formats]
+
+
+def write_outputs(args: Any, write: Callable[[Path, str], list[Path]]) -> int:
+    """With ``--out``: ``write(folder, model name) -> written paths``, then `said_written`; an OSError
+    on the way (a disk may fill, a folder vanish after `check_out`) is one line naming the path.
+    The exit code, 0."""
+    if args.out is None:
+        return 0
+    out = Path(args.out)
+    try:
+        written = write(out, Path(args.model).name or args.model)
+    except OSError as exc:
+        raise _write_error(out, exc) from None
+    return said_written(written, quiet=args.quiet)
 
 
 def said_written(written: Sequence[Path], *, quiet: bool) -> int:

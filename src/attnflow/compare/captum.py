@@ -58,14 +58,11 @@ class AttnflowAttribution(_Attribution):
         self,
         model: Any,
         method: str = "rollout",
-        *,
-        layer: int = -1,
-        rows: str | int = "auto",
-        residual: float = 0.5,
-        heads: str | int = "mean",
+        **options: Any,
     ) -> None:
+        """options: layer, rows, residual, heads of `attnflow.compare.method_options` (its defaults)."""
         require_captum()
-        self.options = method_options(method, layer=layer, rows=rows, residual=residual, heads=heads)
+        self.options = method_options(method, **options)
         super().__init__(logits_forward(model))
         self.model, self.method = model, method
 

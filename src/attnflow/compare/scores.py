@@ -56,10 +56,16 @@ def logits_forward(model: Any) -> Any:
 
 
 def method_options(
-    method: str, *, layer: int, rows: str | int, residual: float, heads: str | int
+    method: str,
+    *,
+    layer: int = -1,
+    rows: str | int = "auto",
+    residual: float = 0.5,
+    heads: str | int = "mean",
 ) -> dict[str, Any]:
     """The options of `token_attributions` for `method` (checked against the records), as the
-    captum and ferret adapters keep them."""
+    captum and ferret adapters keep them: layer (-1: the last), rows ("auto": [CLS], or a
+    decoder's last token), residual (0.5), heads ("mean")."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
     return {"layer": layer, "rows": rows, "residual": residual, "heads": heads}
@@ -124,16 +130,15 @@ def _attention_scores(
     heads: str | int,
     target: Any,
 ) -> torch.Tensor:
-    from attnflow.hf import INPUT_PROVIDERS, InputContext, _is_causal, _row_position, forward_attentions
+    from attnflow.bridge import forward
+    from attnflow.hf import _is_causal, _row_position
 
     batch = {"input_ids": ids, "attention_mask": mask}
     if types is not None:
         batch["token_type_ids"] = types
     needs = EXPLAINER_INPUTS.get(method, ())
-    target = _hf_target(target)
-    out = forward_attentions(model, batch, target=target if needs else None)
-    ctx = InputContext(model=model, inputs=batch, out=out, target=target)
-    extra = {name: _float64(INPUT_PROVIDERS[name](ctx)) for name in needs}  # each (B, L, H, T, T)
+    out = forward(model, batch, ("attentions", *needs), target=_hf_target(target) if needs else None)
+    extra = {name: _float64(out.need(name)) for name in needs}  # each (B, L, H, T, T)
     attn = _float64(out.attentions, distributions=True)  # (B, L, H, T, T)
     bsz, num_layers = attn.shape[:2]
     if (

@@ -25,20 +25,8 @@ rule, LRP's relevance of each attention map), shaped like attn: see `attnflow.lr
 
 from typing import Any
 
-from .causal import (
-    RECEPTIVE_FIELDS,
-    SINK_CHOICES,
-    SINK_HEAD_SHARE,
-    SINK_MIN_ROWS,
-    SINK_MODES,
-    SINK_SCOPES,
-    SINK_THRESHOLD,
-    find_sinks,
-    is_causal,
-    remove_sinks,
-    sink_mode,
-    sink_scores,
-)
+from . import causal
+from .causal import *  # noqa: F403  (sinks of causal attention and their choices: causal.__all__)
 from .flow import attention_flow
 from .heads import head_flow, head_rollout
 from .raw import raw_attention
@@ -59,18 +47,11 @@ AXES = ("batch", "layer", "head", "query", "key")
 # numpy.ndarray or torch.Tensor of attention probabilities, axes AXES.
 Attention = Any
 
-__all__ = [
+__all__ = [  # this module's names, then causal's
     "AXES",
     "CLS_SELF",
     "EXPLAINERS",
     "EXPLAINER_INPUTS",
-    "RECEPTIVE_FIELDS",
-    "SINK_CHOICES",
-    "SINK_HEAD_SHARE",
-    "SINK_MIN_ROWS",
-    "SINK_MODES",
-    "SINK_SCOPES",
-    "SINK_THRESHOLD",
     "Attention",
     "Explainer",
     "attention_flow",
@@ -79,16 +60,12 @@ __all__ = [
     "causal_rollout",
     "chefer_generic",
     "chefer_lrp",
-    "find_sinks",
     "head_flow",
     "head_rollout",
-    "is_causal",
     "normalize_receptive_field",
     "raw_attention",
-    "remove_sinks",
     "select_rows",
-    "sink_mode",
-    "sink_scores",
     "uniform_attention",
     "uniform_baseline",
+    *causal.__all__,
 ]

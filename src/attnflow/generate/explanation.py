@@ -159,14 +159,15 @@ def _teacher_forced(
     """(attn (L, H, T, T), logprobs (n,)) from one eager forward over prompt + g_0 .. g_{n-2}."""
     import torch
 
-    from attnflow.hf import _model_device, forward_attentions
+    from attnflow.bridge import forward
+    from attnflow.hf import _model_device
 
     device = _model_device(model)
     p, n = len(prompt_ids), len(generated_ids)
     seq = torch.tensor([prompt_ids + generated_ids[:-1]], device=device)  # (1, T), T = P + n - 1
     rows = torch.arange(p - 1, p - 1 + n, device=device)  # (n,) row P + t - 1 predicts g_t
     targets = torch.tensor(generated_ids, device=device)  # (n,)
-    out = forward_attentions(model, {"input_ids": seq, "attention_mask": torch.ones_like(seq)})
+    out = forward(model, {"input_ids": seq, "attention_mask": torch.ones_like(seq)}, target=None)
     attn = out.attentions[0].to(device="cpu", dtype=torch.float64).numpy()  # (L, H, T, T)
     logp = torch.log_softmax(out.logits[0, rows].double(), dim=-1)  # (n, V)
     return attn, logp.gather(1, targets[:, None])[:, 0].cpu().numpy()

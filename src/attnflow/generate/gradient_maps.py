@@ -33,7 +33,8 @@ def gradient_maps(
     """
     import torch
 
-    from attnflow.hf import _model_device, forward_attentions
+    from attnflow.bridge import forward
+    from attnflow.hf import _model_device
     from attnflow.methods import METHODS
 
     device = _model_device(model)
@@ -48,9 +49,10 @@ def gradient_maps(
         r, g = rows[start:stop], targets[start:stop]
         c = stop - start
         batch = {"input_ids": seq.expand(c, -1), "attention_mask": torch.ones(c, seq.shape[1], device=device)}
-        fo = forward_attentions(model, batch, target=lambda z, r=r, g=g, c=c: z[torch.arange(c), r, g])
+        score = lambda z, r=r, g=g, c=c: z[torch.arange(c), r, g]  # noqa: E731  (logit of g_t at row r_t)
+        fo = forward(model, batch, ("attentions", "attn_grad"), target=score)
         a = fo.attentions.to(device="cpu", dtype=torch.float64).numpy()  # (c, L, H, T, T)
-        grad = fo.attention_grads.to(device="cpu", dtype=torch.float64).numpy()
+        grad = fo.need("attn_grad").to(device="cpu", dtype=torch.float64).numpy()
         for b in range(c):
             row = int(r[b])
             for mode in modes:

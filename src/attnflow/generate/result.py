@@ -4,13 +4,14 @@ and the options) and its files: `save_generations` / `load_generations` (.json /
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+KIND = "generation"  # attnflow.explanation_file's kind of these files
 
 
 @dataclass
@@ -152,49 +153,47 @@ class GenerationExplanation:
 
 
 def save_generations(explanations: Sequence[GenerationExplanation], path: str | Path) -> Path:
-    """Write explanations to ``.json`` (a list of `to_dict`) or ``.safetensors`` (tensors
-    ``"{i}/maps/{method}"`` (n, columns, layers), ``"{i}/coverage/{method}"``, ``"{i}/sinks"``; the
-    rest as JSON in the metadata under ``"generations"``), atomically."""
-    from attnflow.io import write_bytes
+    """Write explanations in attnflow's explanations format (`attnflow.explanation_file`, kind
+    "generation"): ``.json`` (the header with each `to_dict`) or ``.safetensors`` (tensors
+    ``"{i}/maps/{method}"`` (n, columns, layers), ``"{i}/coverage/{method}"``, ``"{i}/sinks"``,
+    ``"{i}/head_sinks"``; the rest in the header's records), atomically."""
+    from attnflow.explanation_file import write_json_records, write_tensor_records
 
     path = Path(path)
     if path.suffix == ".json":
-        return write_bytes(path, json.dumps([e.to_dict() for e in explanations], ensure_ascii=False))
+        return write_json_records(path, KIND, [e.to_dict() for e in explanations])
     if path.suffix == ".safetensors":
-        from safetensors.numpy import save
-
         tensors: dict[str, np.ndarray] = {}
         for i, e in enumerate(explanations):
             for m, v in e.maps.items():
-                tensors[f"{i}/maps/{m}"] = np.ascontiguousarray(v, dtype=np.float32)
-                tensors[f"{i}/coverage/{m}"] = np.ascontiguousarray(e.coverage[m], dtype=np.float32)
-            tensors[f"{i}/sinks"] = np.ascontiguousarray(e.sinks, dtype=np.uint8)
-            tensors[f"{i}/head_sinks"] = np.ascontiguousarray(e.head_sinks, dtype=np.uint8)
-        meta = [dict(e._meta(), methods=e.methods) for e in explanations]
-        return write_bytes(
-            path, save(tensors, metadata={"generations": json.dumps(meta, ensure_ascii=False)})
-        )
+                tensors[f"{i}/maps/{m}"] = np.asarray(v, dtype=np.float32)
+                tensors[f"{i}/coverage/{m}"] = np.asarray(e.coverage[m], dtype=np.float32)
+            tensors[f"{i}/sinks"] = np.asarray(e.sinks, dtype=np.uint8)
+            tensors[f"{i}/head_sinks"] = np.asarray(e.head_sinks, dtype=np.uint8)
+        records = [dict(e._meta(), methods=e.methods) for e in explanations]
+        return write_tensor_records(path, KIND, records, tensors)
     raise ValueError(f"unknown file type {path.suffix!r}: use .json or .safetensors")
 
 
 def load_generations(path: str | Path) -> list[GenerationExplanation]:
-    """Read what `save_generations` wrote."""
+    """Read what `save_generations` wrote (this version or an older one); a newer version or
+    another kind of file is refused naming the file (attnflow.io.ArtifactError)."""
+    from attnflow.explanation_file import read_json_records, read_tensor_records
+
     path = Path(path)
     if path.suffix == ".json":
-        return [GenerationExplanation.from_dict(d) for d in json.loads(path.read_text(encoding="utf-8"))]
+        return [GenerationExplanation.from_dict(d) for d in read_json_records(path, KIND)["records"]]
     if path.suffix == ".safetensors":
-        from safetensors import safe_open
-
+        head, get, _ = read_tensor_records(path, KIND)
         out = []
-        with safe_open(str(path), framework="numpy") as f:
-            for i, d in enumerate(json.loads(f.metadata()["generations"])):
-                methods = d.pop("methods")
-                d["maps"] = {m: f.get_tensor(f"{i}/maps/{m}") for m in methods}
-                d["coverage"] = {m: f.get_tensor(f"{i}/coverage/{m}") for m in methods}
-                d["sinks"] = f.get_tensor(f"{i}/sinks").astype(bool)
-                d["head_sinks"] = f.get_tensor(f"{i}/head_sinks").astype(bool)
-                d.pop("sink_positions", None)
-                d.pop("head_sink_positions", None)
-                out.append(GenerationExplanation.from_dict(d))
+        for i, d in enumerate(head["records"]):
+            methods = d.pop("methods")
+            d["maps"] = {m: get(f"{i}/maps/{m}") for m in methods}
+            d["coverage"] = {m: get(f"{i}/coverage/{m}") for m in methods}
+            d["sinks"] = get(f"{i}/sinks").astype(bool)
+            d["head_sinks"] = get(f"{i}/head_sinks").astype(bool)
+            d.pop("sink_positions", None)
+            d.pop("head_sink_positions", None)
+            out.append(GenerationExplanation.from_dict(d))
         return out
     raise ValueError(f"unknown file type {path.suffix!r}: use .json or .safetensors")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+KIND = "text"  # attnflow.explanation_file's kind of these files
 # Logits longer than this (a language model's vocabulary) are left out of `Explanation.to_dict`.
 MAX_LOGITS_IN_DICT = 1024
 
@@ -122,101 +122,60 @@ class Explanation:
 
 
 def save_explanations(explanations: Sequence[Explanation], path: str | Path) -> Path:
-    """Write explanations to `path`: ``.json`` (a list of `Explanation.to_dict`) or ``.safetensors``
-    (tensor ``"{i}/{method}"`` = map [layer, token] of input i; the rest as JSON in the metadata
-    under ``"explanations"``). Written atomically (temporary file, then rename)."""
-    from attnflow.io import write_bytes
+    """Write explanations to `path` in attnflow's explanations format (`attnflow.explanation_file`,
+    kind "text"): ``.json`` (the header with each `Explanation.to_dict`) or ``.safetensors``
+    (tensor ``"{i}/{method}"`` = map [layer, token] of input i; the rest in the header's records).
+    Written atomically (temporary file, then rename)."""
+    from attnflow.explanation_file import write_json_records, write_tensor_records
 
     path = Path(path)
     if path.suffix == ".json":
-        text = json.dumps([e.to_dict() for e in explanations], ensure_ascii=False)
-        return write_bytes(path, text.encode("utf-8"))
+        return write_json_records(path, KIND, [e.to_dict() for e in explanations])
     if path.suffix == ".safetensors":
-        from safetensors.numpy import save
-
         tensors = {
-            f"{i}/{m}": np.ascontiguousarray(v, dtype=np.float32)
+            f"{i}/{m}": np.asarray(v, dtype=np.float32)
             for i, e in enumerate(explanations)
             for m, v in e.maps.items()
         }
-        rest = []
+        records = []
         for e in explanations:
             d = e.to_dict()
             d.pop("maps")
             d["methods"] = list(e.maps)
-            rest.append(d)
-        return write_bytes(
-            path, save(tensors, metadata={"explanations": json.dumps(rest, ensure_ascii=False)})
-        )
+            records.append(d)
+        return write_tensor_records(path, KIND, records, tensors)
     raise ValueError(f"unknown explanation file type {path.suffix!r}: use .json or .safetensors")
 
 
 def load_explanations(path: str | Path) -> list[Explanation]:
-    """Read what `save_explanations` wrote (.json or .safetensors).
+    """Read what `save_explanations` wrote (.json or .safetensors; this version or an older one).
 
     Raises FileNotFoundError for a missing file and ValueError (attnflow.io.ArtifactError) naming
-    the file and what is wrong with it for anything else: not JSON / safetensors, or not a list of
-    explanations (tokens, maps [layer, token] per method, layer, row).
+    the file and what is wrong with it for anything else: not JSON / safetensors, a newer version
+    or another kind of explanations, or not a list of explanations (tokens, maps [layer, token]
+    per method, layer, row).
     """
+    from attnflow.explanation_file import read_json_records, read_tensor_records
     from attnflow.io import ArtifactError
 
     path = Path(path)
     if path.suffix not in (".json", ".safetensors"):
         raise ValueError(f"unknown explanation file type {path.suffix!r}: use .json or .safetensors")
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such explanations file")
+    if path.suffix == ".json":
+        records = read_json_records(path, KIND)["records"]
+    else:
+        head, get, _ = read_tensor_records(path, KIND)
+        records = head["records"]
+        for i, d in enumerate(records):
+            if not isinstance(d, dict) or not isinstance(d.get("methods"), list):
+                raise ArtifactError(
+                    f"{path}: not an explanations file: explanation {i} has no list of methods"
+                )
+            d["maps"] = {m: get(f"{i}/{m}").astype(np.float64) for m in d.pop("methods")}
     try:
-        records = _read_explanation_json(path) if path.suffix == ".json" else _read_explanation_tensors(path)
-        if not isinstance(records, list):
-            raise ArtifactError(f"expected a list of explanations, found a {type(records).__name__}")
         return [_explanation_from_record(d, i) for i, d in enumerate(records)]
     except ArtifactError as exc:
         raise ArtifactError(f"{path}: not an explanations file: {exc}") from None
-    except Exception as exc:
-        first = (str(exc).splitlines() or [""])[0]
-        raise ArtifactError(f"{path}: not an explanations file ({type(exc).__name__}: {first})") from exc
-
-
-def _read_explanation_json(path: Path) -> Any:
-    from attnflow.io import ArtifactError
-
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ArtifactError(f"not UTF-8 text (byte offset {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise ArtifactError(f"invalid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})") from None
-
-
-def _read_explanation_tensors(path: Path) -> list[Any]:
-    from safetensors import SafetensorError, safe_open
-
-    from attnflow.io import ArtifactError
-
-    try:
-        with safe_open(str(path), framework="numpy") as f:
-            meta = f.metadata() or {}
-            if "explanations" not in meta:
-                raise ArtifactError(
-                    "no 'explanations' entry in its metadata (not written by save_explanations)"
-                )
-            try:
-                rest = json.loads(meta["explanations"])
-            except json.JSONDecodeError as exc:
-                raise ArtifactError(f"its 'explanations' metadata is not valid JSON ({exc.msg})") from None
-            if not isinstance(rest, list):
-                raise ArtifactError(f"its 'explanations' metadata is a {type(rest).__name__}, not a list")
-            names = set(f.keys())
-            for i, d in enumerate(rest):
-                if not isinstance(d, dict) or not isinstance(d.get("methods"), list):
-                    raise ArtifactError(f"explanation {i} has no list of methods in the metadata")
-                missing = [f"{i}/{m}" for m in d["methods"] if f"{i}/{m}" not in names]
-                if missing:
-                    raise ArtifactError(f"tensor(s) {', '.join(missing)} missing")
-                d["maps"] = {m: f.get_tensor(f"{i}/{m}").astype(np.float64) for m in d.pop("methods")}
-            return rest
-    except SafetensorError as exc:
-        raise ArtifactError(f"not a readable safetensors file ({exc})") from None
 
 
 def _explanation_from_record(d: Any, i: int) -> Explanation:

@@ -7,12 +7,12 @@ Axis order of every attention tensor: [batch, layer, head, query, key]. Padding 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from attnflow.bridge import Captured, zero_padding
 from attnflow.hf.eager import AttentionUnavailableError, NoOutputHeadError, eager_attention
 
 # Keys a tokenizer may add to its output that no model forward takes.
@@ -24,17 +24,9 @@ _TOKENIZER_ONLY_KEYS = frozenset(
 Target = int | str | Sequence[int] | torch.Tensor | Callable[[Any], torch.Tensor] | None
 
 
-@dataclass
-class AttentionOutput:
-    """What `forward_attentions` returns (all tensors detached; axis order [batch, layer, head, query, key])."""
-
-    logits: torch.Tensor | None  # (B, C), or (B, T, V) for language models; None for bare encoders
-    attentions: torch.Tensor  # (B, L, H, T, T), padding rows / columns exactly 0
-    attention_mask: torch.Tensor | None  # (B, T) bool, True = real token; None = all real (ViT)
-    attention_grads: torch.Tensor | None = None  # d score / d attentions, shape and padding as attentions
-    scores: torch.Tensor | None = None  # (B,) the differentiated scores
-    target: torch.Tensor | None = None  # (B,) class / token ids behind `scores` (None for a callable)
-    positions: torch.Tensor | None = None  # (B,) position whose logits were scored (language models)
+# What forward_attentions returns: the bridge's Captured (attnflow.bridge), under the name
+# attnflow.hf has always exported.
+AttentionOutput = Captured
 
 
 def _model_inputs(batch: Any, device: torch.device) -> dict[str, Any]:
@@ -53,14 +45,6 @@ def _model_inputs(batch: Any, device: torch.device) -> dict[str, Any]:
     if not inputs:
         raise ValueError("batch is empty: expected input_ids (text) or pixel_values (images)")
     return inputs
-
-
-def _zero_padding(x: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
-    """x (B, L, H, T, T) with rows and columns of padded positions set to exactly 0."""
-    if valid is None:
-        return x
-    keep = valid[:, None, None, :, None] & valid[:, None, None, None, :]  # (B, 1, 1, T, T)
-    return x.masked_fill(~keep, 0.0)
 
 
 def _last_positions(
@@ -246,7 +230,7 @@ def forward_attentions(
             raise ValueError(f"positions must be {bsz} indices in [0, {tokens}), got {positions.tolist()}")
     result = AttentionOutput(
         logits=None if logits is None else logits.detach(),
-        attentions=_zero_padding(torch.stack([a.detach() for a in layers], dim=1), valid),  # (B, L, H, T, T)
+        attentions=zero_padding(torch.stack([a.detach() for a in layers], dim=1), valid),  # (B, L, H, T, T)
         attention_mask=valid,
     )
     if logits is not None and logits.ndim == 3:
@@ -259,7 +243,7 @@ def forward_attentions(
         scores, ids = _target_scores(out, target, positions)
         grads = torch.autograd.grad(scores.sum(), layers, allow_unused=True)
         grads = [torch.zeros_like(a) if g is None else g for a, g in zip(layers, grads, strict=True)]
-        result.attention_grads = _zero_padding(torch.stack(grads, dim=1), valid)  # (B, L, H, T, T)
+        result.attention_grads = zero_padding(torch.stack(grads, dim=1), valid)  # (B, L, H, T, T)
         result.scores = scores.detach()
         result.target = ids
     elif target is not None and logits is not None and not callable(target):

@@ -1,4 +1,4 @@
-"""What each method needs beyond the attentions: input providers (attention gradients, LRP relevance),
+"""What each method needs beyond the bridge's inputs (`attnflow.bridge`): providers a user registers,
 methods computed from the model itself (AttnLRP), and the method check against the registry.
 """
 
@@ -27,40 +27,10 @@ class InputContext:
     target: Target
 
 
-def _attn_grad(ctx: InputContext) -> torch.Tensor:
-    return ctx.out.attention_grads
-
-
-def _attn_relevance(ctx: InputContext) -> torch.Tensor:
-    """LRP relevance R(A) of every attention map (attnflow.lrp, Chefer et al. 2021), same target."""
-    if callable(ctx.target) and not isinstance(ctx.target, torch.Tensor):
-        raise ValueError(
-            "attn_relevance (LRP) explains a class: pass target='predicted', an int or one per sample"
-        )
-    if "input_ids" not in ctx.inputs:
-        raise ValueError("attn_relevance (LRP) needs text inputs (input_ids)")
-    from attnflow.lrp import lrp_relevance
-
-    extra = {"token_type_ids": ctx.inputs["token_type_ids"]} if "token_type_ids" in ctx.inputs else {}
-    try:
-        res = lrp_relevance(
-            ctx.model,
-            ctx.inputs["input_ids"],
-            ctx.inputs.get("attention_mask"),
-            target=ctx.out.target,
-            **extra,
-        )
-    except TypeError as exc:  # no LRP rules for this architecture
-        raise ValueError(str(exc)) from exc
-    return res.attn_relevance
-
-
-# Extra inputs an explainer may declare (attnflow.explain.EXPLAINER_INPUTS, or keyword-only
-# parameters without a default), each made once per batch: provider(ctx) -> (B, L, H, T, T).
-INPUT_PROVIDERS: dict[str, Callable[[InputContext], torch.Tensor]] = {
-    "attn_grad": _attn_grad,  # d score / d attention of the target (default: the predicted class)
-    "attn_relevance": _attn_relevance,  # LRP's R(A), for "chefer_lrp" (BERT / DistilBERT classifiers)
-}
+# Extra inputs an explainer may declare beyond the bridge's (attnflow.bridge.NEEDS: attentions,
+# attn_grad, attn_relevance), each made once per batch: provider(ctx) -> (B, L, H, T, T). Empty
+# unless a user registers one for a method of their own.
+INPUT_PROVIDERS: dict[str, Callable[[InputContext], torch.Tensor]] = {}
 
 
 def _attnlrp(ctx: InputContext, valid: np.ndarray, positions: torch.Tensor | None) -> list[np.ndarray]:

@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnflow.bridge import NEEDS, forward
 from attnflow.hf.explanation import Explanation
-from attnflow.hf.forward import AttentionOutput, Target, _model_device, forward_attentions
+from attnflow.hf.forward import AttentionOutput, Target, _model_device
 from attnflow.hf.loading import _tokenize, check_vocabulary, max_input_tokens
 from attnflow.hf.methods import INPUT_PROVIDERS, MODEL_METHODS, InputContext, _method_specs
 from attnflow.hf.rows import _check_layer, _is_causal, _pools_without_pad_id, _row_position, _scored_positions
@@ -42,23 +43,21 @@ def _explain_batch(
 
     specs = _method_specs(methods)
     extra_inputs = dict(extra_inputs or {})
-    needs = {n for _, _, ns in specs for n in ns}
-    missing = sorted(n for n in needs if n not in INPUT_PROVIDERS and n not in extra_inputs)
-    if missing:
+    needs = {n for _, _, ns in specs for n in ns} - set(extra_inputs)
+    custom = sorted(needs - set(NEEDS))  # made by a registered provider, not by the bridge
+    if missing := [n for n in custom if n not in INPUT_PROVIDERS]:
         who = [name for name, _, ns in specs if set(ns) & set(missing)]
         raise ValueError(
             f"method(s) {who} need input(s) {missing} that attnflow.hf cannot make; pass extra_inputs= "
             "or register a maker in attnflow.hf.INPUT_PROVIDERS"
         )
-    # attention gradients of the target when an explainer needs them (LRP explains the same class);
-    # a model method (its own pass) needs only the target's class / token ids
-    want_grad = bool(needs - set(extra_inputs))
-    want_ids = want_grad or any(name in MODEL_METHODS for name, _, _ in specs)
+    # the target's class / token ids when a method explains one (LRP, gradients, a model method)
+    want_ids = bool(needs) or any(name in MODEL_METHODS for name, _, _ in specs)
     positions = _scored_positions(model, inputs, rows, mask_token_id)
-    out = forward_attentions(model, inputs, target=target if want_ids else None, positions=positions,
-                             attention_grads=want_grad)  # fmt: skip
+    out = forward(model, inputs, ("attentions", *sorted(needs & set(NEEDS))), target=target if want_ids else None,
+                  positions=positions)  # fmt: skip
     ctx = InputContext(model=model, inputs=inputs, out=out, target=target)
-    made = {n: INPUT_PROVIDERS[n](ctx) for n in sorted(needs) if n not in extra_inputs}
+    made = {**out.inputs, **{n: INPUT_PROVIDERS[n](ctx) for n in custom}}
     bsz, num_layers, _, tokens, _ = out.attentions.shape
     layer = _check_layer(layer, num_layers)
     causal = _is_causal(model)

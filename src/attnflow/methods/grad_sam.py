@@ -33,12 +33,12 @@ RECORDS = (
 def grad_sam_map(
     attn: Any,
     *,
+    attn_grad: Any = None,  # ∂y/∂A, shaped like attn (its one need; a missing one is named)
     residual: float = 0.5,
     heads: str | int = "mean",
     rows: int | list[int] | None = None,
     lengths: Any = None,
     mask: Any = None,
-    attn_grad: Any = None,
 ) -> Any:
     """G(l) = agg_h ReLU(∇A(l, h)) ⊙ A(l, h) per layer, [..., layer, query, key], in attn's kind;
     padding 0. `residual` is checked but not applied (Grad-SAM weighs the attention itself).

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnflow.models.output import ClassifierOutput
+from attnflow.models.output import ClassifierOutput, TransformerClassifier
 
 __all__ = ["AgreementConfig", "AgreementTransformer"]
 
@@ -98,7 +98,7 @@ class Block(nn.Module):
         return x, att
 
 
-class AgreementTransformer(nn.Module):
+class AgreementTransformer(TransformerClassifier):
     """Bidirectional GPT-2-style encoder + linear classifier on the final ``<cls>`` state.
 
     ``input_ids`` must start with ``<cls>`` (``Vocab.encode`` does this). ``attention_mask``:
@@ -140,16 +140,7 @@ class AgreementTransformer(nn.Module):
     def get_input_embeddings(self) -> nn.Embedding:
         return self.wte
 
-    def forward(
-        self,
-        input_ids: Tensor | None = None,
-        attention_mask: Tensor | None = None,
-        *,
-        inputs_embeds: Tensor | None = None,
-        output_attentions: bool = False,
-    ) -> ClassifierOutput:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("pass exactly one of input_ids and inputs_embeds")
+    def classify(self, input_ids, attention_mask, inputs_embeds, output_attentions) -> ClassifierOutput:
         tok = self.wte(input_ids) if inputs_embeds is None else inputs_embeds  # (B, T, C)
         B, T, _ = tok.shape
         if T > self.config.block_size:

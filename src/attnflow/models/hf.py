@@ -16,9 +16,9 @@ from typing import Any
 from urllib.parse import urlparse
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
-from attnflow.models.output import ClassifierOutput
+from attnflow.models.output import ClassifierOutput, TransformerClassifier
 
 __all__ = ["MINILM", "HFClassifier", "load_pretrained_tokenizer", "resolve_pretrained"]
 
@@ -87,7 +87,7 @@ def load_pretrained_tokenizer(name: str) -> Any:
     return _from_pretrained(AutoTokenizer.from_pretrained, resolve_pretrained(name))
 
 
-class HFClassifier(nn.Module):
+class HFClassifier(TransformerClassifier):
     """A ``transformers`` sequence classifier with the attnflow interface.
 
     ``finetuned`` says whether the loaded weights already held a complete sequence-classification
@@ -133,16 +133,7 @@ class HFClassifier(nn.Module):
     def get_input_embeddings(self) -> nn.Embedding:
         return self.hf.get_input_embeddings()
 
-    def forward(
-        self,
-        input_ids: Tensor | None = None,
-        attention_mask: Tensor | None = None,
-        *,
-        inputs_embeds: Tensor | None = None,
-        output_attentions: bool = False,
-    ) -> ClassifierOutput:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("pass exactly one of input_ids and inputs_embeds")
+    def classify(self, input_ids, attention_mask, inputs_embeds, output_attentions) -> ClassifierOutput:
         out = self.hf(
             input_ids=input_ids,
             attention_mask=attention_mask,

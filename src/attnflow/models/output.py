@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torch import Tensor
+from torch import Tensor, nn
 
-__all__ = ["ClassifierOutput"]
+__all__ = ["ClassifierOutput", "TransformerClassifier"]
 
 
 @dataclass
@@ -22,3 +22,31 @@ class ClassifierOutput:
 
     logits: Tensor  # (B, C)
     attentions: Tensor | None = None  # (B, L, H, T, T)
+
+
+class TransformerClassifier(nn.Module):
+    """The interface of the study's transformer classifiers (what `attnflow.bridge` and the LRP rules
+    take): ``forward(input_ids, attention_mask, *, inputs_embeds, output_attentions)`` ->
+    :class:`ClassifierOutput`, from token ids or from word embeddings (for gradients w.r.t. them).
+    Subclasses implement ``classify``; the interface's checks live here once."""
+
+    def forward(
+        self,
+        input_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        *,
+        inputs_embeds: Tensor | None = None,
+        output_attentions: bool = False,
+    ) -> ClassifierOutput:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        return self.classify(input_ids, attention_mask, inputs_embeds, output_attentions)
+
+    def classify(
+        self,
+        input_ids: Tensor | None,
+        attention_mask: Tensor | None,
+        inputs_embeds: Tensor | None,
+        output_attentions: bool,
+    ) -> ClassifierOutput:
+        raise NotImplementedError

@@ -49,34 +49,27 @@ def _stacked(path: Path) -> pd.DataFrame | None:
 
 
 def with_main_run(
-    stacked: pd.DataFrame | None, inputs: Mapping[str, Any], seed: int | None, *, overrides: str | None = None
+    stacked: pd.DataFrame | None,
+    inputs: Mapping[str, Any],
+    seed: int | None,
+    *,
+    overrides: str | None = None,
+    table: str = "table",
 ) -> pd.DataFrame | None:
     """A sweep's table plus this study's own run (job ``main``) as one more job, unless the sweep
     already ran the same seed (same seed => identical tables) or has no finished job. A seed sweep
     over seeds 1, 2 next to ``dvc repro`` at seed 0 thus reports three seeds without re-running 0;
-    ``overrides`` labels the main run in a recipe sweep."""
+    ``overrides`` labels the main run in a recipe sweep. `table`: which table of each task's inputs
+    ("table": the correlations, "faithfulness": the perturbation scores)."""
     if stacked is None or seed is None:
         return stacked
     if overrides is None and seed in set(stacked["seed"]):
         return stacked
+    extra = {"overrides": overrides} if overrides else {}
     main = [
-        got.table.assign(seed=seed, job="main", **({"overrides": overrides} if overrides else {}))
-        for got in inputs.values()
-        if got.table is not None
-    ]
-    return pd.concat([stacked, *main], ignore_index=True)
-
-
-def faithfulness_with_main_run(
-    stacked: pd.DataFrame | None, inputs: Mapping[str, Any], seed: int | None
-) -> pd.DataFrame | None:
-    """A seed sweep's faithfulness tables plus this study's own (job ``main``), as `with_main_run`."""
-    if stacked is None or seed is None or seed in set(stacked["seed"]):
-        return stacked
-    main = [
-        got.faithfulness.assign(seed=seed, job="main", task=task)
+        getattr(got, table).assign(seed=seed, job="main", task=task, **extra)
         for task, got in inputs.items()
-        if got.faithfulness is not None
+        if getattr(got, table) is not None
     ]
     return pd.concat([stacked, *main], ignore_index=True)
 
@@ -102,8 +95,8 @@ def build_report(
             _stacked(paths.recipes), inputs, (config or {}).get("seed"), overrides="defaults"
         ),
         recipe_jobs=read_json(paths.recipe_jobs)["jobs"] if paths.recipe_jobs.is_file() else [],
-        sweep_faithfulness=faithfulness_with_main_run(
-            _stacked(paths.sweep_faithfulness()), inputs, (config or {}).get("seed")
+        sweep_faithfulness=with_main_run(
+            _stacked(paths.sweep_faithfulness()), inputs, (config or {}).get("seed"), table="faithfulness"
         ),
     )
     for section in SECTIONS:

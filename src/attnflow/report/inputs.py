@@ -65,12 +65,19 @@ class TaskInputs:
     problems: list[str] = field(default_factory=list)  # files found but unreadable
 
 
+def _read_maps(path: Path) -> tuple[dict[str, list], Any]:
+    from attnflow.explanation_file import study_maps_header
+
+    study_maps_header(path)  # a newer version or another kind: one line naming the file
+    return load_ragged(path, with_ids=True)
+
+
 _READERS = {
     "table": read_parquet,
     "train_metrics": read_json,
     "data_summary": read_json,
     "samples": read_parquet,
-    "maps": lambda p: load_ragged(p, with_ids=True),
+    "maps": _read_maps,
     "faithfulness": read_parquet,
     "curves": read_parquet,
     "agreement": read_parquet,

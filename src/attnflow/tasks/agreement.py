@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from attnflow.data.download import DatasetSpec, FileSpec
+from attnflow.schema import AT_LEAST_1, DROPOUT, POSITIVE, at_least, ranged
 from attnflow.tasks.spec import TaskSpec
 
 __all__ = ["AGREEMENT", "AgreementDataConfig", "AgreementModelConfig", "SplitConfig", "TeacherConfig"]
@@ -60,7 +61,7 @@ class AgreementDataConfig:
     extra_train: list[str] = field(default_factory=list)  # numpred files added to natural training
     split: SplitConfig = field(default_factory=SplitConfig)  # pooled only
     dedupe: bool = MISSING  # pooled only
-    min_count: int = MISSING
+    min_count: int = ranged(AT_LEAST_1)
 
 
 @dataclass
@@ -70,8 +71,8 @@ class TeacherConfig:
     embedding_dim: int = MISSING
     hidden_size: int = MISSING
     num_layers: int = MISSING
-    input_dropout: float = MISSING
-    hidden_dropout: float = MISSING
+    input_dropout: float = ranged(DROPOUT)
+    hidden_dropout: float = ranged(DROPOUT)
 
 
 @dataclass
@@ -79,14 +80,14 @@ class AgreementModelConfig:
     """The ``task.agreement.model`` block: the fields of :class:`AgreementConfig` the study sets
     (vocab_size and pad_id come from the prepared vocabulary), and the teacher's."""
 
-    n_layer: int = MISSING
-    n_head: int = MISSING
+    n_layer: int = ranged(AT_LEAST_1)
+    n_head: int = ranged(AT_LEAST_1)
     n_embd: int = MISSING
-    embd_pdrop: float = MISSING
-    attn_pdrop: float = MISSING
-    resid_pdrop: float = MISSING
-    initializer_range: float = MISSING
-    block_size: int = MISSING
+    embd_pdrop: float = ranged(DROPOUT)
+    attn_pdrop: float = ranged(DROPOUT)
+    resid_pdrop: float = ranged(DROPOUT)
+    initializer_range: float = ranged(POSITIVE)
+    block_size: int = ranged(at_least(2))
     append_eos: bool = MISSING  # <eos> after the prefix, where the verb would be (the authors' input)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
 

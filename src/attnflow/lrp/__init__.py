@@ -3,7 +3,7 @@
 The rules of "Transformer Interpretability Beyond Attention Visualization" (Chefer, Gur & Wolf,
 CVPR 2021) as their public code applies them, one module per rule family (``linear``: αβ,
 ``residual``: the normalised Add, ``matmul``: the attention products), and a relevance-aware
-forward per architecture (``agreement``, ``bert``, ``distilbert``) that reuses a loaded model's
+forward per architecture (``agreement``; ``encoders``: BERT family and DistilBERT) that reuses a loaded model's
 weights. ``lrp_relevance`` dispatches on the model and returns R(A) and ∂logit/∂A per layer,
 (batch, layer, head, query, key), for ``attnflow.explain``'s "chefer_lrp" and "chefer" methods.
 """

@@ -20,6 +20,19 @@ __all__ = ["LRPResult"]
 
 
 @dataclass(frozen=True)
+class PassOptions:
+    """How one LRP pass runs (`lrp_relevance`'s options, handed to each architecture's function)."""
+
+    target: Any = None  # None (each sample's predicted class), an int, or one int per sample
+    dtype: torch.dtype = torch.float64  # of the relevance pass (the forward keeps the model's dtype)
+    alpha: float = 1.0  # of the αβ rule (β = α − 1)
+
+    def cast(self, t: Tensor) -> Tensor:
+        """A forward tensor as the relevance pass uses it: detached, in `dtype`."""
+        return t.detach().to(self.dtype)
+
+
+@dataclass(frozen=True)
 class LRPResult:
     """One relevance-aware forward and backward pass (Chefer et al. 2021).
 

@@ -11,12 +11,11 @@ halved. Relevance stops at the input embeddings wte(ids) + wpe(pos).
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ._result import LRPResult, merge_heads, run, self_attention_relevance, split_heads
+from ._result import LRPResult, PassOptions, merge_heads, run, self_attention_relevance, split_heads
 from .linear import linear_relevance
 from .residual import add_relevance
 
@@ -24,13 +23,7 @@ __all__ = ["agreement_relevance"]
 
 
 def agreement_relevance(
-    model: nn.Module,
-    input_ids: Tensor,
-    attention_mask: Tensor,
-    *,
-    target: Any = None,
-    dtype: torch.dtype = torch.float64,
-    alpha: float = 1.0,
+    model: nn.Module, input_ids: Tensor, attention_mask: Tensor, opt: PassOptions
 ) -> LRPResult:
     """LRP relevance and attention gradients of an ``AgreementTransformer``."""
     n_head = model.config.n_head
@@ -64,25 +57,26 @@ def agreement_relevance(
         return logits, attns, dict(layers=layers, first=first, shape=x.shape)
 
     def relprop(trace: dict, start: Tensor) -> tuple[list[Tensor], Tensor]:
-        def c(t: Tensor) -> Tensor:
-            return t.detach().to(dtype)
-
-        r_x = torch.zeros(trace["shape"], dtype=dtype, device=start.device)  # (B, T, C)
-        r_x[:, 0] = linear_relevance(c(trace["first"]), c(model.classifier.weight), start, alpha=alpha)
+        r_x = torch.zeros(trace["shape"], dtype=opt.dtype, device=start.device)  # (B, T, C)
+        r_x[:, 0] = linear_relevance(
+            opt.cast(trace["first"]), opt.cast(model.classifier.weight), start, alpha=opt.alpha
+        )
         r_attns = []
         for block, rec in zip(reversed(model.h), reversed(trace["layers"]), strict=True):
-            rec = {key: c(val) for key, val in rec.items()}
+            rec = {key: opt.cast(val) for key, val in rec.items()}
             r_m, r_x1 = add_relevance(rec["m"], rec["x1"], r_x)
-            r_g = linear_relevance(rec["g"], c(block.mlp.c_proj.weight), r_m, alpha=alpha)  # GELU: identity
+            r_g = linear_relevance(
+                rec["g"], opt.cast(block.mlp.c_proj.weight), r_m, alpha=opt.alpha
+            )  # GELU: identity
             r_x1 = r_x1 + linear_relevance(
-                rec["h2"], c(block.mlp.c_fc.weight), r_g, alpha=alpha
+                rec["h2"], opt.cast(block.mlp.c_fc.weight), r_g, alpha=opt.alpha
             )  # ln_2: identity
             r_a, r_x0 = add_relevance(rec["a"], rec["x0"], r_x1)
-            r_y = linear_relevance(rec["y"], c(block.attn.c_proj.weight), r_a, alpha=alpha)
-            weights = c(block.attn.c_attn.weight).split(rec["x"].shape[-1], dim=0)  # q, k, v rows
-            r_attn, r_h = self_attention_relevance(rec, weights, r_y, alpha=alpha)  # ln_1: identity
+            r_y = linear_relevance(rec["y"], opt.cast(block.attn.c_proj.weight), r_a, alpha=opt.alpha)
+            weights = opt.cast(block.attn.c_attn.weight).split(rec["x"].shape[-1], dim=0)  # q, k, v rows
+            r_attn, r_h = self_attention_relevance(rec, weights, r_y, alpha=opt.alpha)  # ln_1: identity
             r_attns.append(r_attn)
             r_x = r_x0 + r_h
         return r_attns[::-1], r_x
 
-    return run(forward, relprop, input_ids, attention_mask, target, dtype)
+    return run(forward, relprop, input_ids, attention_mask, opt.target, opt.dtype)

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ._result import LRPResult, unbatch
+from ._result import LRPResult, PassOptions, unbatch
 
 __all__ = ["SUPPORTED", "lrp_relevance"]
 
@@ -111,21 +111,22 @@ def lrp_relevance(
         raise ValueError(f"sequence length {ids.shape[1]} exceeds the model's {limit} positions")
     if token_type_ids is not None and arch != "bert":
         raise ValueError("token_type_ids apply to BERT-family models only")
+    opt = PassOptions(target=target, dtype=dtype, alpha=alpha)
     if arch == "agreement":
         from .agreement import agreement_relevance
 
-        result = agreement_relevance(model, ids, keep, target=target, dtype=dtype, alpha=alpha)
+        result = agreement_relevance(model, ids, keep, opt)
     elif arch == "bert":
-        from .bert import bert_relevance
+        from .encoders import bert_relevance
 
         tt = (
             None
             if token_type_ids is None
             else (token_type_ids if batched else token_type_ids[None]).to(device)
         )
-        result = bert_relevance(model, ids, keep, target=target, token_type_ids=tt, dtype=dtype, alpha=alpha)
+        result = bert_relevance(model, ids, keep, opt, token_type_ids=tt)
     else:
-        from .distilbert import distilbert_relevance
+        from .encoders import distilbert_relevance
 
-        result = distilbert_relevance(model, ids, keep, target=target, dtype=dtype, alpha=alpha)
+        result = distilbert_relevance(model, ids, keep, opt)
     return result if batched else unbatch(result)

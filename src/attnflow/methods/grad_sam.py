@@ -34,11 +34,11 @@ def grad_sam_map(
     attn: Any,
     *,
     attn_grad: Any = None,  # ∂y/∂A, shaped like attn (its one need; a missing one is named)
-    residual: float = 0.5,
-    heads: str | int = "mean",
+    heads: str | int = "mean",  # how the weighted heads are combined
     rows: int | list[int] | None = None,
-    lengths: Any = None,
     mask: Any = None,
+    lengths: Any = None,
+    residual: float = 0.5,  # checked, not applied
 ) -> Any:
     """G(l) = agg_h ReLU(∇A(l, h)) ⊙ A(l, h) per layer, [..., layer, query, key], in attn's kind;
     padding 0. `residual` is checked but not applied (Grad-SAM weighs the attention itself).

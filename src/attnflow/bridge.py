@@ -89,6 +89,8 @@ def forward(
     needs = tuple(needs)
     if unknown := sorted(set(needs) - set(NEEDS)):
         raise ValueError(f"unknown need(s) {unknown}; the bridge makes {', '.join(NEEDS)}")
+    if target is None and {"attn_grad", "attn_relevance"} & set(needs):
+        raise ValueError(f"{sorted({'attn_grad', 'attn_relevance'} & set(needs))} explain a class: pass a target")
     if is_study_model(model):
         return _study_forward(model, batch, needs, target)
     return _hf_forward(model, batch, needs, target, positions)

@@ -76,6 +76,8 @@ def test_only_the_asked_needs_are_made():
     assert got.attention_grads is None and got.inputs == {}
     with pytest.raises(KeyError, match="'attn_grad' was not asked"):
         got.need("attn_grad")
+    with pytest.raises(ValueError, match=r"\['attn_grad'\] explain a class: pass a target"):
+        forward(_bert(), {"input_ids": IDS}, ("attentions", "attn_grad"), target=None)
     with pytest.raises(ValueError, match=r"unknown need\(s\) \['values'\]"):
         forward(_bert(), {"input_ids": IDS}, ("attentions", "values"))
     with pytest.raises(ValueError, match=r"\(LRP\) explains a class"):

@@ -123,3 +123,12 @@ def test_a_file_without_header_or_records_is_refused_in_one_line(tmp_path):
     broken.write_text("{")
     with pytest.raises(ArtifactError, match=r"y\.json: not an explanations file: invalid JSON at line 1"):
         load_explanations(broken)
+
+
+def test_a_record_that_cannot_be_read_is_one_error_naming_the_file(tmp_path):
+    # a header whose records lack fields: one ArtifactError naming the file, not a bare KeyError
+    from attnflow.explanation_file import write_json_records
+
+    path = write_json_records(tmp_path / "g.json", "generation", [{"prompt": "a"}])
+    with pytest.raises(ArtifactError, match=r"g\.json: not a generation explanations file \(KeyError"):
+        load_generations(path)

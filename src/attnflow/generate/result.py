@@ -179,11 +179,14 @@ def load_generations(path: str | Path) -> list[GenerationExplanation]:
     """Read what `save_generations` wrote (this version or an older one); a newer version or
     another kind of file is refused naming the file (attnflow.io.ArtifactError)."""
     from attnflow.explanation_file import read_json_records, read_tensor_records
+    from attnflow.io import ArtifactError
 
     path = Path(path)
-    if path.suffix == ".json":
-        return [GenerationExplanation.from_dict(d) for d in read_json_records(path, KIND)["records"]]
-    if path.suffix == ".safetensors":
+    if path.suffix not in (".json", ".safetensors"):
+        raise ValueError(f"unknown file type {path.suffix!r}: use .json or .safetensors")
+    try:
+        if path.suffix == ".json":
+            return [GenerationExplanation.from_dict(d) for d in read_json_records(path, KIND)["records"]]
         head, get, _ = read_tensor_records(path, KIND)
         out = []
         for i, d in enumerate(head["records"]):
@@ -196,4 +199,10 @@ def load_generations(path: str | Path) -> list[GenerationExplanation]:
             d.pop("head_sink_positions", None)
             out.append(GenerationExplanation.from_dict(d))
         return out
-    raise ValueError(f"unknown file type {path.suffix!r}: use .json or .safetensors")
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        if isinstance(exc, ArtifactError):  # already names the file
+            raise
+        first = (str(exc).splitlines() or [""])[0]
+        raise ArtifactError(
+            f"{path}: not a generation explanations file ({type(exc).__name__}: {first})"
+        ) from exc

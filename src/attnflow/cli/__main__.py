@@ -1,5 +1,5 @@
 """``python -m attnflow.cli``: the same as the ``attnflow`` command."""
 
-from attnflow.cli import main
+from attnflow.cli import run
 
-raise SystemExit(main())
+run()

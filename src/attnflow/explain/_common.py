@@ -300,6 +300,8 @@ def check_positions(values: Any, name: str, upper: int, what: str) -> np.ndarray
         return np.arange(upper)
     if isinstance(values, numbers.Integral) and not isinstance(values, bool):
         values = [values]
+    if type(values) is list and values and all(type(v) is int and 0 <= v < upper for v in values):
+        return np.array(values, dtype=np.int64)  # the common case, without the array checks below
     if not isinstance(values, Sequence | np.ndarray) or isinstance(values, str):
         raise ValueError(f"{name} must be an int or a sequence of ints, got {values!r}")
     out = np.asarray(values)

@@ -12,15 +12,21 @@ import pytest
 from attnflow.explain import _maxflow, attention_flow, head_flow
 from attnflow.explain._maxflow import (
     RESIDUAL_EPS,
+    _assign,
     _greedy,
     _network,
     _plan,
     _reset,
+    _run_parallel,
+    _run_serial,
+    _small,
     _solve,
+    _split_sinks,
     _sweep,
     _workspace,
     layered_max_flow,
 )
+from attnflow.explain._maxflow._plan import SMALL_ROWS
 from attnflow.explain._reference import reference_flow
 
 TIGHT = 1e-10  # what the solver reaches on these sizes (the issue asks for 1e-6 vs networkx)
@@ -210,9 +216,60 @@ def test_zero_rows_and_zero_sink_columns_flow_nothing():
     assert np.all(values[np.arange(12) != 3][:, [0, 1, 3, 4, 5]] > RESIDUAL_EPS)
 
 
-def test_a_one_sample_cls_call_stays_on_the_calling_thread():
-    # 6 layers x 20 tokens from CLS: small enough for the serial path (no thread start-up)
-    caps = residual_mixed(np.random.default_rng(9), 6, 20)
-    row_L = np.arange(1, 7)
-    *_, cost = _plan(np.zeros(6, np.int64), row_L, np.array([20]), caps[row_L - 1, 0])
-    assert cost.sum() < _maxflow.SERIAL_WORK
+def cls_rows(rng, lengths, layers):
+    """Padded (B, layers, N, N) capacities and one CLS row per (sample, layer), sorted."""
+    caps = np.zeros((len(lengths), layers, max(lengths), max(lengths)))
+    for b, n in enumerate(lengths):
+        caps[b, :, :n, :n] = residual_mixed(rng, layers, n)
+    row_b = np.repeat(np.arange(len(lengths)), layers)
+    row_L = np.tile(np.arange(1, layers + 1), len(lengths))
+    return caps, np.array(lengths), row_b, row_L, caps[row_b, row_L - 1, 0]
+
+
+def test_a_small_call_runs_without_a_plan_and_gives_the_planned_values_exactly(monkeypatch):
+    # one sample from CLS, 6 layers x 20 tokens: one kernel, its sinks cut over the threads
+    caps, lengths, row_b, row_L, supply = cls_rows(np.random.default_rng(9), [20], 6)
+    assert _small(row_b, row_L, lengths) is not None
+    calls = []
+    monkeypatch.setattr(_maxflow, "_plan", lambda *a: calls.append(a) or _plan(*a))
+    small = layered_max_flow(caps, lengths, row_b, row_L, supply)
+    assert not calls  # no plan
+    planned = np.zeros_like(small)
+    plan = _plan(row_b, row_L, lengths, supply)
+    _maxflow._execute(caps, lengths, row_b, row_L, supply, plan, np.arange(plan[1].size), planned)
+    np.testing.assert_array_equal(small, planned)
+    monkeypatch.setattr(_maxflow, "SERIAL_WORK", np.inf)  # one range, on the calling thread
+    np.testing.assert_array_equal(layered_max_flow(caps, lengths, row_b, row_L, supply), planned)
+
+
+def test_a_call_with_rows_to_sweep_or_many_rows_is_planned():
+    lengths = np.array([8])
+    four = np.full(4, 4)  # four rows of one (sample, layer) at layer 4: swept
+    assert _small(np.zeros(4, np.int64), four, lengths) is None
+    assert _small(np.zeros(4, np.int64), np.full(4, 3), lengths) is not None  # layer 3: never swept
+    assert _small(np.zeros(3, np.int64), four[:3], lengths) is not None  # three rows: solved alone
+    many = SMALL_ROWS + 1
+    assert _small(np.arange(many), np.full(many, 5), np.full(many, 8)) is None
+
+
+@pytest.mark.parametrize("workers", [2, 3, 8])
+def test_cutting_tasks_into_sink_ranges_changes_no_value(workers):
+    # a padded batch of two samples: two problem-by-problem tasks, fewer than the workers
+    caps, lengths, row_b, row_L, supply = cls_rows(np.random.default_rng(4), [11, 7], 5)
+    plan = _plan(row_b, row_L, lengths, supply)
+    tasks = np.arange(plan[1].size)
+    kind, t0, t1, t2, t3, cost = _split_sinks(plan, tasks, workers)
+    cold = kind == 2
+    assert cold.sum() == workers  # every worker gets a share
+    for q in np.flatnonzero(plan[1] == 2):  # the ranges of a task cover its sinks once
+        pieces = np.flatnonzero(cold & (t0 == plan[2][q]))
+        assert sorted(j for p in pieces for j in range(t2[p], t3[p])) == list(range(plan[4][q], plan[5][q]))
+        assert cost[pieces].sum() == pytest.approx(plan[6][q])
+    whole = np.zeros((row_b.size, caps.shape[-1]))
+    _run_serial(caps, lengths, row_b, row_L, supply, plan[0], *plan[1:6], whole)
+    cut = np.zeros_like(whole)
+    worker_ptr, worker_tasks = _assign(cost, workers)
+    _run_parallel(
+        caps, lengths, row_b, row_L, supply, plan[0], kind, t0, t1, t2, t3, worker_ptr, worker_tasks, cut
+    )
+    np.testing.assert_array_equal(cut, whole)

@@ -35,8 +35,15 @@ every input node (0, j), for many (sample, layer, source) at once. Structure use
   exact and push-relabel continues to the new maximum. Excess that cannot reach the sink stays
   where it is (phase one of push-relabel only). With 3 layers the greedy start alone beats sweeps.
 * Work is split into tasks (closed-form rows, rows solved problem by problem, or a sweep over some
-  sinks of one (sample, layer)) spread over numba's threads, longest first; a small call runs on
-  the calling thread (no thread start-up).
+  sinks of one (sample, layer)) spread over numba's threads, longest first; a call with fewer
+  problem-by-problem tasks than threads cuts them into sink ranges (every problem starts from
+  zero flow, so the values do not change); a tiny call runs on the calling thread.
+* A small call (<= SMALL_ROWS rows, none swept, e.g. CLS flow of one sample) skips the plan: one
+  kernel (`_run_rows`) runs the closed forms and the sink ranges of the other rows, the same
+  kernels as the planned path. On one sample the Python around the kernels used to cost as much
+  as the kernels themselves.
+* The greedy start's child orders (positions by decreasing rho) are shared like rho itself: per
+  sample and sink on the forward network, per row on the reversed one.
 
 Exactness: arcs with residual <= RESIDUAL_EPS count as saturated and excess <= RESIDUAL_EPS as
 zero, so the value found is within (#arcs + #nodes) * RESIDUAL_EPS + STOP_TOL of the true maximum
@@ -59,17 +66,18 @@ import numpy as np
 from . import _jit, _twin
 from ._greedy import _greedy  # noqa: F401  (the kernels, for tests and the benchmarks)
 from ._jit import HAVE_NUMBA, RESIDUAL_EPS, STOP_TOL, numba
-from ._plan import _assign, _plan, _rounds
+from ._plan import _assign, _plan, _rounds, _small, _split_sinks
 from ._residual import _reset, _workspace  # noqa: F401
 from ._solve import _solve, _sweep  # noqa: F401
-from ._tasks import _network, _run_parallel, _run_serial  # noqa: F401
+from ._tasks import _network, _run_parallel, _run_rows, _run_serial  # noqa: F401
 
 _jit.seal_cache(_twin._KERNEL_MODULES)
 
 __all__ = ["PROGRESS_WORK", "RESIDUAL_EPS", "STOP_TOL", "layered_max_flow", "warm_up"]
 
-# Below this much estimated work (~ arc visits) a call runs on the calling thread.
-SERIAL_WORK = 3.0e5
+# Below this much estimated work (~ arc visits; ~0.1 ms) a call runs on the calling thread. Waking
+# numba's threads costs ~3 us, so a one-sample CLS call (~8e4) already runs on all of them.
+SERIAL_WORK = 2.0e4
 # Above this much estimated work a call shows a progress bar with a time estimate (measured: ~5e8
 # to 1e9 per second on two busy cores, so about 2-4 s there; every row of 12 layers x 2048 tokens
 # is ~1e13).
@@ -79,17 +87,17 @@ PROGRESS_ROUNDS = 50
 
 
 def _execute(caps, lengths, row_b, row_L, supply, plan, tasks: np.ndarray, out: np.ndarray) -> None:
-    """Run the plan's tasks `tasks` (ids), on numba's threads when there is enough work; as plain
-    Python while a small call finds no compiled kernel (see `_twin`)."""
-    order, kind, t0, t1, t2, t3, cost = plan
+    """Run the plan's tasks `tasks` (ids), on numba's threads when there is enough work (a call
+    with fewer tasks than threads cuts them into sink ranges)."""
+    order, cost = plan[0], plan[-1]
     work = float(cost[tasks].sum())
-    sub = [np.ascontiguousarray(v[tasks]) for v in (kind, t0, t1, t2, t3)]
-    if work < SERIAL_WORK or tasks.shape[0] == 1 or not HAVE_NUMBA or numba.get_num_threads() <= 1:
-        entry, args = _run_serial, (caps, lengths, row_b, row_L, supply, order, *sub, out)
+    threads = numba.get_num_threads() if HAVE_NUMBA else 1
+    if work < SERIAL_WORK or threads <= 1:
+        kind, t0, t1, t2, t3, _ = (v[tasks] for v in plan[1:])
+        _dispatch(_run_serial, (caps, lengths, row_b, row_L, supply, order, kind, t0, t1, t2, t3, out), work)
     else:
-        worker_ptr, local = _assign(cost[tasks], numba.get_num_threads())
-        worker_tasks = np.ascontiguousarray(tasks[local], dtype=np.int64)
-        entry = _run_parallel
+        kind, t0, t1, t2, t3, sub_cost = _split_sinks(plan, tasks, threads)
+        worker_ptr, worker_tasks = _assign(sub_cost, threads)
         args = (
             caps,
             lengths,
@@ -106,11 +114,17 @@ def _execute(caps, lengths, row_b, row_L, supply, plan, tasks: np.ndarray, out: 
             worker_tasks,
             out,
         )
+        _dispatch(_run_parallel, args, work)
+
+
+def _dispatch(entry, args: tuple, work: float) -> None:
+    """entry(*args) compiled; or, while a small call finds no compiled kernel, its Python twin
+    (see `_twin`)."""
     mode = _twin.jit_mode()
     if mode == "python" or (mode == "auto" and work < _twin.TWIN_WORK and not _twin.loaded(entry, args)):
         if mode == "auto":
             _twin.start_background_compile()
-        _twin.twins()["_run_serial"](caps, lengths, row_b, row_L, supply, order, *sub, out)
+        _twin.twins()[entry.py_func.__name__](*args)
         return
     if mode == "auto" and not _twin.loaded(entry, args):
         _twin.wait_for_background_compile()  # then load what it cached, or compile here
@@ -145,6 +159,12 @@ def layered_max_flow(
     out = np.zeros((row_b.shape[0], caps.shape[-1]), dtype=np.float64)
     if row_b.shape[0] == 0:
         return out
+    work = None if progress else _small(row_b, row_L, lengths)
+    if work is not None:  # one kernel, no plan: the Python around a call is most of a small call's time
+        threads = numba.get_num_threads() if HAVE_NUMBA else 1
+        parts = threads if work >= SERIAL_WORK and threads > 1 else 1
+        _dispatch(_run_rows, (caps, lengths, row_b, row_L, supply, parts, out), work)
+        return out
     plan = _plan(row_b, row_L, lengths, supply)
     cost = plan[-1]
     if not (cost.sum() > PROGRESS_WORK if progress is None else progress):
@@ -161,7 +181,7 @@ def layered_max_flow(
 
 
 def warm_up() -> None:
-    """Compile (or load from the on-disk cache) both entry kernels, on the calling thread and on
+    """Compile (or load from the on-disk cache) the entry kernels, on the calling thread and on
     numba's threads, with every kind of task (closed form, problem by problem, sweep)."""
     rng = np.random.default_rng(0)
     caps = rng.random((1, 4, 5, 5))
@@ -192,3 +212,4 @@ def warm_up() -> None:
             out,
         )
         _run_parallel(*args)
+    _run_rows(caps, lengths, row_b, row_L, supply, 1, out)

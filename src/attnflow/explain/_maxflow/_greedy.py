@@ -32,11 +32,12 @@ def _greedy(C, a, bcap, K, n, ws, have_rho=False):  # pragma: no cover - compile
     rho also bounds the maximum: every unit leaves the supply layer through some node k, which
     passes on at most min(a_k, rho[K-1, k]), so value <= sum_k min(a_k, rho[K-1, k]) -- a cut
     bound that is often tight when the trivial bound min(sum a, sum b) is not.
-    With `have_rho` the caller has put rho in the workspace already (it is shared by problems with
-    the same sink side, see `_run_cold`). Returns (value, number of arcs listed in `touched` (-1 if
+    With `have_rho` the caller has put rho in the workspace already, and kids[t] = the positions
+    by decreasing rho[t] for t < K-1 (both are shared by problems with the same sink side, see
+    `_run_cold`). Returns (value, number of arcs listed in `touched` (-1 if
     it overflowed), that bound).
     """
-    F, e, g, touched, rho = ws[_WF], ws[_WE], ws[_WG], ws[_WTOUCHED], ws[_WRHO]
+    F, e, g, touched, rho, kids = ws[_WF], ws[_WE], ws[_WG], ws[_WTOUCHED], ws[_WRHO], ws[_WKIDS]
     if not have_rho:
         for k in range(n):
             rho[0, k] = bcap[k]
@@ -46,6 +47,8 @@ def _greedy(C, a, bcap, K, n, ws, have_rho=False):  # pragma: no cover - compile
                 for k in range(n):
                     v += min(C[m - 1, i, k], rho[m - 1, k])
                 rho[m, i] = v
+        for t in range(K - 1):
+            _order_desc(rho[t], kids[t], n)  # most capable first (rho[t] is not yet spent)
     top = (K - 1) * n
     bound = 0.0
     for k in range(n):
@@ -53,11 +56,11 @@ def _greedy(C, a, bcap, K, n, ws, have_rho=False):  # pragma: no cover - compile
         bound += min(a[k], rho[K - 1, k])
     n_touched = 0
     cap_t = touched.shape[0]
-    children, senders = ws[_WKIDS], ws[_WSEND]
+    senders = ws[_WSEND]
     nxt = ws[_WNXT]  # linked list of the children that can still take flow
     for m in range(K - 1, 0, -1):
         t = m - 1
-        _order_desc(rho[t], children, n)  # most capable first
+        children = kids[t]
         _order_desc(e[m * n : (m + 1) * n], senders, n)  # fullest first
         for p in range(n):
             nxt[p] = p + 1  # position p -> next position; n ends the list; nxt[n] is the head

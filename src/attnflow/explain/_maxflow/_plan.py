@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import heapq
+import itertools
+
 import numpy as np
 
 # Closed-form (1-2 layer) rows per task.
@@ -14,6 +17,8 @@ SWEEP_ROWS_MIN = 4
 SWEEP_LAYERS_MIN = 4
 # Sinks per sweep task: enough to amortise a sweep's start, few enough to balance the threads.
 SWEEP_CHUNK = 8
+# A call of at most this many rows, none of them swept, runs without a plan (`_small`).
+SMALL_ROWS = 64
 # Rows per task when the rows are few (each (row, sink) problem solved on its own).
 ROWS_PER_COLD = 16
 
@@ -25,71 +30,113 @@ def _sweep_order(supply: np.ndarray) -> np.ndarray:
     return np.argsort(np.argmax(supply, axis=1), kind="stable")
 
 
+def _small(row_b: np.ndarray, row_L: np.ndarray, lengths: np.ndarray) -> float | None:
+    """The estimated work (see `_plan`) of a call small enough to run without a plan: at most
+    SMALL_ROWS rows and no (sample, layer) that `_plan` would sweep; None otherwise. Rows must be
+    sorted by (row_b, row_L)."""
+    n_rows, gap = row_b.shape[0], SWEEP_ROWS_MIN - 1
+    if n_rows > SMALL_ROWS:
+        return None
+    if n_rows > gap:  # rows r and r + gap in one (sample, layer): a group of SWEEP_ROWS_MIN rows
+        same = (
+            (row_b[gap:] == row_b[:-gap]) & (row_L[gap:] == row_L[:-gap]) & (row_L[gap:] >= SWEEP_LAYERS_MIN)
+        )
+        if same.any():
+            return None
+    n = lengths[row_b].astype(float)
+    return float((n * n * np.where(row_L <= 2, 1.0, n * np.maximum(row_L - 2, 1))).sum())
+
+
 def _plan(row_b: np.ndarray, row_L: np.ndarray, lengths: np.ndarray, supply: np.ndarray):
     """Tasks and their estimated costs (~ arc visits). Rows must be sorted by (row_b, row_L).
 
     Rows of layers 1-2 (closed forms) come first in `order`, then the rows solved one problem at
     a time, then each swept (sample, layer) with its rows in sweep order. Returns (order, kind, t0,
-    t1, t2, t3, cost); a task works on the rows order[t0:t1] (see `_run_task`).
+    t1, t2, t3, cost); a task works on the rows order[t0:t1] and the sinks t2..t3-1 (see
+    `_run_task`).
     """
     n_rows = row_b.shape[0]
-    new = np.ones(n_rows, dtype=bool)  # a row that starts a (sample, layer) group
-    new[1:] = (row_b[1:] != row_b[:-1]) | (row_L[1:] != row_L[:-1])
-    starts = np.flatnonzero(new)
-    g_rows = np.diff(starts, append=n_rows)
+    starts = np.flatnonzero((row_b[1:] != row_b[:-1]) | (row_L[1:] != row_L[:-1])) + 1
+    starts = np.concatenate((np.zeros(1, np.int64), starts))  # first row of each (sample, layer)
+    g_rows = np.empty_like(starts)
+    g_rows[:-1] = starts[1:] - starts[:-1]
+    g_rows[-1] = n_rows - starts[-1]
     g_L = row_L[starts]
-    g_kind = np.where(g_L <= 2, 0, np.where((g_rows >= SWEEP_ROWS_MIN) & (g_L >= SWEEP_LAYERS_MIN), 1, 2))
+    sweep_g = (g_rows >= SWEEP_ROWS_MIN) & (g_L >= SWEEP_LAYERS_MIN)
+    g_kind = np.where(g_L <= 2, 0, 2 - sweep_g)  # 0 closed form, 1 swept, 2 problem by problem
     row_kind = np.repeat(g_kind, g_rows)
-    row_n = lengths[row_b]
-    order = np.argsort(row_kind, kind="stable").astype(np.int64)  # stable: still sorted by (b, L)
-    n_of = row_n[order].astype(float)
+    order = np.argsort(row_kind, kind="stable")  # stable: still sorted by (b, L)
+    n_of = lengths[row_b[order]].astype(float)
     # rough cost of a row over all its sinks: n^2 (closed form), or n problems of ~1-2 passes
     # over the (L-2) n^2 arcs
     sorted_kind = row_kind[order]
-    row_cost = np.where(sorted_kind == 0, n_of * n_of, n_of * n_of * n_of * np.maximum(row_L[order] - 2, 1))
-    bounds = np.searchsorted(sorted_kind, [0, 1, 2, 3])
-    csum = np.concatenate(([0.0], np.cumsum(row_cost)))
+    row_cost = n_of * n_of * np.where(sorted_kind == 0, 1.0, n_of * np.maximum(row_L[order] - 2, 1))
+    bounds = np.searchsorted(sorted_kind, (0, 1, 2, 3))
+    csum = np.zeros(n_rows + 1)
+    np.cumsum(row_cost, out=csum[1:])
+    n_max = int(lengths.max())
     kind, t0, t1, t2, t3 = [], [], [], [], []
     for k, step in ((0, ROWS_PER_TASK), (2, ROWS_PER_COLD)):
         lo, hi = bounds[k], bounds[k + 1]
-        first = np.arange(lo, hi, step, dtype=np.int64)
-        (
-            kind.append(np.full(first.size, k, np.int64)),
-            t0.append(first),
-            t1.append(np.minimum(first + step, hi)),
-        )
-        t2.append(np.zeros(first.size, np.int64)), t3.append(np.zeros(first.size, np.int64))
+        if hi > lo:
+            first = np.arange(lo, hi, step, dtype=np.int64)
+            kind.append(np.full(first.size, k, np.int64))
+            t0.append(first), t1.append(np.minimum(first + step, hi))
+            t2.append(np.zeros(first.size, np.int64)), t3.append(np.full(first.size, n_max, np.int64))
     pos = bounds[1]
-    for g in np.flatnonzero(g_kind == 1):
+    for g in np.flatnonzero(g_kind == 1).tolist():
         s, e, n = int(starts[g]), int(starts[g] + g_rows[g]), int(lengths[row_b[starts[g]]])
         order[pos : pos + e - s] = s + _sweep_order(supply[s:e])
         sinks = np.arange(0, n, SWEEP_CHUNK, dtype=np.int64)
         kind.append(np.ones(sinks.size, np.int64)), t0.append(np.full(sinks.size, pos, np.int64))
-        (
-            t1.append(np.full(sinks.size, pos + e - s, np.int64)),
-            t2.append(sinks),
-            t3.append(np.minimum(sinks + SWEEP_CHUNK, n)),
-        )
+        t1.append(np.full(sinks.size, pos + e - s, np.int64))
+        t2.append(sinks), t3.append(np.minimum(sinks + SWEEP_CHUNK, n))
         pos += e - s
     kind, t0, t1, t2, t3 = (np.concatenate(v) for v in (kind, t0, t1, t2, t3))
     cost = csum[t1] - csum[t0]
     sweep = kind == 1  # a sweep: ~ one pass over the arcs per row, per sink
-    n_sweep = lengths[row_b[order[t0[sweep]]]]
-    cost[sweep] = (
-        (t1 - t0)[sweep] * np.maximum(row_L[order[t0[sweep]]] - 2, 1) * n_sweep * n_sweep * (t3 - t2)[sweep]
-    )
-    return order, kind, t0, t1, t2, t3, cost
+    if sweep.any():
+        n_sweep = lengths[row_b[order[t0[sweep]]]]
+        cost[sweep] = (
+            (t1 - t0)[sweep]
+            * np.maximum(row_L[order[t0[sweep]]] - 2, 1)
+            * n_sweep
+            * n_sweep
+            * (t3 - t2)[sweep]
+        )
+    return order.astype(np.int64, copy=False), kind, t0, t1, t2, t3, cost
+
+
+def _split_sinks(plan, tasks: np.ndarray, n_workers: int):
+    """The tasks `tasks` of `plan`, with the problem-by-problem ones cut into sink ranges when
+    there are fewer of them than workers (a call on one sample): (kind, t0, t1, t2, t3, cost) of
+    the tasks to run. Every problem starts from zero flow, so the cut changes no value."""
+    sub = [v[tasks] for v in plan[1:]]
+    kind = sub[0]
+    n_cold = int(np.count_nonzero(kind == 2))
+    if n_cold == 0 or n_cold >= n_workers:
+        return sub
+    parts = -(-n_workers // n_cold)
+    pieces = []  # a few tasks only (fewer than the workers): plain Python
+    for k, a, b, lo, hi, c in zip(*(v.tolist() for v in sub), strict=True):
+        if k != 2 or hi - lo < 2:
+            pieces.append((k, a, b, lo, hi, c))
+            continue
+        cuts = [lo + (hi - lo) * i // min(parts, hi - lo) for i in range(min(parts, hi - lo) + 1)]
+        pieces.extend((k, a, b, j0, j1, c * (j1 - j0) / (hi - lo)) for j0, j1 in itertools.pairwise(cuts))
+    cols = list(zip(*pieces, strict=True))
+    return [np.array(col, np.int64) for col in cols[:5]] + [np.array(cols[5], np.float64)]
 
 
 def _assign(cost: np.ndarray, n_workers: int) -> tuple[np.ndarray, np.ndarray]:
-    """Longest task first onto the least loaded worker."""
-    order = np.argsort(-cost, kind="stable")
-    load = np.zeros(n_workers)
+    """Longest task first onto the least loaded worker (the lowest-numbered of equals)."""
+    heap = [(0.0, w) for w in range(n_workers)]
     assigned: list[list[int]] = [[] for _ in range(n_workers)]
-    for t in order:
-        w = int(np.argmin(load))
-        assigned[w].append(int(t))
-        load[w] += cost[t]
+    costs = cost.tolist()
+    for t in np.argsort(-cost, kind="stable").tolist():
+        load, w = heapq.heappop(heap)
+        assigned[w].append(t)
+        heapq.heappush(heap, (load + costs[t], w))
     worker_ptr = np.zeros(n_workers + 1, dtype=np.int64)
     worker_ptr[1:] = np.cumsum([len(a) for a in assigned])
     worker_tasks = np.asarray([t for a in assigned for t in a], dtype=np.int64)

@@ -55,7 +55,7 @@ def _workspace(K, n):  # pragma: no cover - compiled
         lay[x] = x // n
         pos[x] = x - lay[x] * n
     rho = np.empty((K, n))  # the greedy start's buffers (see _greedy)
-    kids = np.empty(n, np.int64)
+    kids = np.empty((K, n), np.int64)  # per layer: positions by decreasing rho (children order)
     send = np.empty(n, np.int64)
     nxt = np.empty(n + 1, np.int64)
     return (

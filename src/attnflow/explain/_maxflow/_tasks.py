@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._jit import _WRHO, njit, prange
+from ._greedy import _order_desc
+from ._jit import _WKIDS, _WRHO, njit, prange
 from ._residual import _reset, _workspace
 from ._solve import _solve, _sweep
 
@@ -127,32 +128,35 @@ def _run_sweep_sinks(caps, b, L, n, rows, j0, j1, supply, out):  # pragma: no co
 
 
 @njit(cache=True)
-def _rho_down(caps, b, j, n, depth, K, rho_f):  # pragma: no cover - compiled
+def _rho_down(caps, b, j, n, depth, K, rho_f, ord_f):  # pragma: no cover - compiled
     """rho_f[j, m] for m = depth[j]..K-1: what node (m+1, k) of sample b could pass on to input j
     (`_greedy`'s rho on the forward network; it does not depend on the source layer, so the rows
     of every layer of a sample share it): rho_f[j, 0] = A_1[:, j],
-    rho_f[j, m, i] = sum_k min(A_{m+1}[i, k], rho_f[j, m-1, k])."""
+    rho_f[j, m, i] = sum_k min(A_{m+1}[i, k], rho_f[j, m-1, k]); and ord_f[j, m], the positions
+    by decreasing rho_f[j, m] (`_greedy`'s children order, shared the same way)."""
     for m in range(depth[j], K):
         if m == 0:
             for k in range(n):
                 rho_f[j, 0, k] = caps[b, 0, k, j]
-            continue
-        for i in range(n):
-            v = 0.0
-            for k in range(n):
-                v += min(caps[b, m, i, k], rho_f[j, m - 1, k])
-            rho_f[j, m, i] = v
+        else:
+            for i in range(n):
+                v = 0.0
+                for k in range(n):
+                    v += min(caps[b, m, i, k], rho_f[j, m - 1, k])
+                rho_f[j, m, i] = v
+        _order_desc(rho_f[j, m], ord_f[j, m], n)
     depth[j] = max(depth[j], K)
 
 
 @njit(cache=True)
-def _run_cold(caps, lengths, row_b, row_L, supply, rows, out):  # pragma: no cover - compiled
+def _run_cold(caps, lengths, row_b, row_L, supply, rows, j0, j1, out):  # pragma: no cover - compiled
     """Each (row, sink) problem on its own (from a greedy start), for rows sorted by (sample,
-    layer): on the forward network or, when the sink column is the smaller trivial cut, on the
-    reversed one. Shared, not recomputed: per sample, the forward rho of each sink (`_rho_down`);
-    per row, its top-down capacities (`_top_down`), which bound every sink and are the reversed
-    network's rho. Workspaces are kept per depth while the length stays the same (no allocation
-    per sample)."""
+    layer) and the sinks j0 <= j < min(j1, n): on the forward network or, when the sink column is
+    the smaller trivial cut, on the reversed one. Shared, not recomputed: per sample, the forward
+    rho of each sink (`_rho_down`); per row, its top-down capacities (`_top_down`), which bound
+    every sink and are the reversed network's rho; and the children orders of both. Workspaces
+    are kept per depth while the length stays the same (no allocation per sample). Each problem
+    starts from zero flow, so the values do not depend on how the sinks are split into tasks."""
     N = caps.shape[-1]
     Kmax = max(caps.shape[1] - 1, 1)
     n = -1
@@ -161,7 +165,8 @@ def _run_cold(caps, lengths, row_b, row_L, supply, rows, out):  # pragma: no cov
     K = 1
     a = np.empty(N)
     bcol = np.empty(N)
-    have = np.zeros(Kmax + 1, np.bool_)
+    have = np.zeros(Kmax + 1, np.bool_)  # a forward / reversed network and workspace of depth K exist
+    have_r = np.zeros(Kmax + 1, np.bool_)
     no_net = np.empty((1, 1, 1))
     no_space = _workspace(1, 1)  # placeholders: the real ones are made when a depth first occurs
     nets_f = [no_net for _ in range(Kmax + 1)]
@@ -170,9 +175,12 @@ def _run_cold(caps, lengths, row_b, row_L, supply, rows, out):  # pragma: no cov
     spaces_r = [no_space for _ in range(Kmax + 1)]
     Cf, Cr, wsf, wsr = nets_f[0], nets_r[0], spaces_f[0], spaces_r[0]
     rho_f = np.empty((1, 1, 1))
+    ord_f = np.empty((1, 1, 1), np.int64)
     depth = np.zeros(N, np.int64)
     sigma = np.empty((Kmax, N))
+    ord_s = np.empty((Kmax, N), np.int64)  # the row's children orders on the reversed network
     reversed_ready = False
+    sorted_sigma = False
     for r in rows:
         new_sample = row_b[r] != b
         if new_sample:
@@ -180,18 +188,18 @@ def _run_cold(caps, lengths, row_b, row_L, supply, rows, out):  # pragma: no cov
             if lengths[b] != n:
                 n = lengths[b]
                 have[:] = False
+                have_r[:] = False
                 rho_f = np.empty((n, Kmax, n))
+                ord_f = np.empty((n, Kmax, n), np.int64)
             depth[:] = 0
         if new_sample or row_L[r] != L:  # a new network
             L = row_L[r]
             K = L - 1
             if not have[K]:
                 nets_f[K] = np.empty((max(K - 1, 1), n, n))
-                nets_r[K] = np.empty((max(K - 1, 1), n, n))
                 spaces_f[K] = _workspace(K, n)
-                spaces_r[K] = _workspace(K, n)
                 have[K] = True
-            Cf, Cr, wsf, wsr = nets_f[K], nets_r[K], spaces_f[K], spaces_r[K]
+            Cf, wsf = nets_f[K], spaces_f[K]
             _fill_network(caps, b, L, n, False, Cf)
             _reset(Cf, K, n, wsf, -1)
             reversed_ready = False
@@ -200,7 +208,8 @@ def _run_cold(caps, lengths, row_b, row_L, supply, rows, out):  # pragma: no cov
             a[k] = supply[r, k]
             sa += a[k]
         _top_down(Cf, a, K, n, sigma)
-        for j in range(n):
+        sorted_sigma = False
+        for j in range(j0, min(j1, n)):
             sb = 0.0
             hint = 0.0
             for k in range(n):
@@ -208,28 +217,44 @@ def _run_cold(caps, lengths, row_b, row_L, supply, rows, out):  # pragma: no cov
                 sb += bcol[k]
                 hint += min(sigma[0, k], bcol[k])
             if sb < sa:
-                if not reversed_ready:  # built when first needed
+                if not reversed_ready:  # built (and its workspace made) when first needed
+                    if not have_r[K]:
+                        nets_r[K] = np.empty((max(K - 1, 1), n, n))
+                        spaces_r[K] = _workspace(K, n)
+                        have_r[K] = True
+                    Cr, wsr = nets_r[K], spaces_r[K]
                     _fill_network(caps, b, L, n, True, Cr)
                     _reset(Cr, K, n, wsr, -1)
                     reversed_ready = True
-                rho = wsr[_WRHO]  # the reversed network's rho is this row's top-down pass
+                if not sorted_sigma:
+                    for m in range(1, K):
+                        _order_desc(sigma[m], ord_s[m], n)
+                    sorted_sigma = True
+                rho, kids = wsr[_WRHO], wsr[_WKIDS]  # the reversed network's rho: this row's top-down pass
                 for m in range(K):
                     for k in range(n):
                         rho[m, k] = sigma[K - 1 - m, k]
+                for m in range(K - 1):
+                    for k in range(n):
+                        kids[m, k] = ord_s[K - 1 - m, k]
                 out[r, j] = _solve(Cr, bcol[:n], a[:n], K, n, wsr, hint, True)
             else:
-                _rho_down(caps, b, j, n, depth, K, rho_f)
-                rho = wsf[_WRHO]
+                _rho_down(caps, b, j, n, depth, K, rho_f, ord_f)
+                rho, kids = wsf[_WRHO], wsf[_WKIDS]
                 for m in range(K):
                     for k in range(n):
                         rho[m, k] = rho_f[j, m, k]
+                for m in range(K - 1):
+                    for k in range(n):
+                        kids[m, k] = ord_f[j, m, k]
                 out[r, j] = _solve(Cf, a[:n], bcol[:n], K, n, wsf, hint, True)
 
 
 @njit(cache=True)
 def _run_task(caps, lengths, row_b, row_L, supply, order, kind, t0, t1, t2, t3, out):  # pragma: no cover
     """One task over the rows order[t0:t1]: kind 0 = closed forms; 1 = sweeps over those rows (one
-    sample and layer) for the sinks t2..t3-1; 2 = every (row, sink) problem on its own."""
+    sample and layer) for the sinks t2..t3-1; 2 = every (row, sink) problem on its own, for the
+    sinks t2..t3-1."""
     rows = order[t0:t1]
     if kind == 0:
         _run_closed(caps, lengths, row_b, row_L, supply, rows, out)
@@ -237,7 +262,7 @@ def _run_task(caps, lengths, row_b, row_L, supply, order, kind, t0, t1, t2, t3, 
         b = row_b[rows[0]]
         _run_sweep_sinks(caps, b, row_L[rows[0]], lengths[b], rows, t2, t3, supply, out)
     else:
-        _run_cold(caps, lengths, row_b, row_L, supply, rows, out)
+        _run_cold(caps, lengths, row_b, row_L, supply, rows, t2, t3, out)
 
 
 @njit(cache=True, parallel=True)
@@ -254,3 +279,31 @@ def _run_parallel(
 def _run_serial(caps, lengths, row_b, row_L, supply, order, kind, t0, t1, t2, t3, out):  # pragma: no cover
     for t in range(kind.shape[0]):
         _run_task(caps, lengths, row_b, row_L, supply, order, kind[t], t0[t], t1[t], t2[t], t3[t], out)
+
+
+@njit(cache=True, parallel=True)
+def _run_rows(caps, lengths, row_b, row_L, supply, parts, out):  # pragma: no cover - compiled
+    """A small call without a plan (rows sorted by (sample, layer), no sweeps): the closed forms,
+    then every (row, sink) problem on its own, the sinks cut into `parts` ranges that run on
+    numba's threads. The same kernels as the planned path, so the same values."""
+    R = row_b.shape[0]
+    n_closed = 0
+    for r in range(R):
+        if row_L[r] <= 2:
+            n_closed += 1
+    closed = np.empty(n_closed, np.int64)
+    cold = np.empty(R - n_closed, np.int64)
+    q = 0
+    for r in range(R):
+        if row_L[r] <= 2:
+            closed[q] = r
+            q += 1
+        else:
+            cold[r - q] = r
+    N = caps.shape[-1]
+    width = (N + parts - 1) // parts
+    for p in prange(parts):
+        if p == 0 and n_closed > 0:
+            _run_closed(caps, lengths, row_b, row_L, supply, closed, out)
+        if cold.shape[0] > 0:
+            _run_cold(caps, lengths, row_b, row_L, supply, cold, p * width, min(p * width + width, N), out)

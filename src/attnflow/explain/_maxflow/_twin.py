@@ -69,6 +69,9 @@ def loaded(disp, args: tuple) -> bool:
     now (what numba's own dispatch does first, minus the compile)."""
     if not _jit.JIT or id(disp) in _state["ready"]:
         return True
+    index = getattr(getattr(getattr(disp, "_cache", None), "_cache_file", None), "_index_path", None)
+    if index is not None and not os.path.exists(index):  # nothing cached: skip numba's typing and lookup
+        return False
     try:
         from numba.core.compiler_lock import global_compiler_lock
 

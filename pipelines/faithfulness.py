@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from attnflow.attribution.comparators import compare_on_subset
-from attnflow.attribution.faithfulness import faithfulness_study, faithfulness_subset
+from attnflow.attribution.faithfulness import faithfulness_with_comparators
 from attnflow.attribution.samples import study_options
 from attnflow.devices import resolve_device
 from attnflow.explanation_file import load_study_maps
@@ -22,32 +21,24 @@ def run(cfg: DictConfig, task: str) -> None:
     with _stage.stage_run(cfg, "faithfulness", task, inputs=inputs) as mlrun:
         samples = read_parquet(paths.samples(task))
         ids, against = samples["sample_id"], str(paths.samples(task))  # joined on sample_id
-        maps = load_study_maps(paths.maps(task), ids, against=against)
-        importance = load_aligned(paths.importance(task), ids, against=against)
         device = resolve_device(cfg.trainer.device)
         model, encoder = load_classifier(paths.model(task), device=device)
-        n_samples, keep = cfg.task[task].faithfulness.n_samples, get_task(task).special_positions
-        subset = [
-            samples["input_ids"].iloc[i] for i in faithfulness_subset(len(samples), n_samples, cfg.seed)
-        ]
-        extra, cost = compare_on_subset(
-            model, encoder, subset, methods=methods, task_rows=cfg.task[task].rows, keep_positions=keep,
-            importance_options=study_options(_config.to_dict(cfg.attribution), cfg.task[task], encoder), device=device,
-        )  # fmt: skip
-        result = faithfulness_study(
-            model, samples["input_ids"].tolist(), {m: maps[m] for m in methods}, importance, sample_ids=ids,
-            n_samples=n_samples, subset_scores=extra,
-            layers=list(opts.layers), seed=cfg.seed, top_k=opts.top_k, n_boot=opts.n_boot, pad_id=encoder.pad_id,
-            keep_positions=keep, batch_size=opts.batch_size, device=device, progress=True,
+        result, cost = faithfulness_with_comparators(
+            model, encoder, samples["input_ids"].tolist(), load_study_maps(paths.maps(task), ids, against=against),
+            load_aligned(paths.importance(task), ids, against=against), methods=methods, sample_ids=ids,
+            task_rows=cfg.task[task].rows, keep_positions=get_task(task).special_positions,
+            importance_options=study_options(_config.to_dict(cfg.attribution), cfg.task[task], encoder),
+            n_samples=cfg.task[task].faithfulness.n_samples, layers=list(opts.layers), seed=cfg.seed,
+            top_k=opts.top_k, n_boot=opts.n_boot, batch_size=opts.batch_size, device=device, progress=True,
             replace_id=None if opts.removal == "delete" else getattr(encoder, f"{opts.removal}_id"),
         )  # fmt: skip
-        outputs = {paths.faithfulness(task): result.scores, paths.perturbation_curves(task): result.curves}
-        for path, table in {**outputs, paths.method_agreement(task): result.agreement}.items():
+        tables = {paths.faithfulness(task): result.scores, paths.perturbation_curves(task): result.curves,
+                  paths.method_agreement(task): result.agreement, paths.method_cost(task): cost}  # fmt: skip
+        for path, table in tables.items():
             write_parquet(path, table.assign(task=task))
         write_json(
             paths.faithfulness_metrics(task), faithfulness_tree(result.scores)
         )  # last layer, references
-        write_parquet(paths.method_cost(task), cost.assign(task=task))
         for protocol in result.curves["protocol"].unique():
             wide = perturbation_curves_frame(result.curves, protocol)
             write_text(paths.faithfulness_curves(task) / f"{protocol}.csv", wide.to_csv(index=False))

@@ -132,6 +132,15 @@ BAD_JSON = {
     ),
     "map not numbers": (json.dumps([{**GOOD, "maps": {"flow": [["x", "y"]]}}]).encode(), "not a numeric"),
     "layer not an int": (json.dumps([{**GOOD, "layer": "top"}]).encode(), "layer must be an integer"),
+    "logits not numbers": (
+        json.dumps([{**GOOD, "logits": ["high", "low"]}]).encode(),
+        "logits must be numbers",
+    ),
+    "ragged logits": (
+        json.dumps([{**GOOD, "logits": [[1.0], [1.0, 2.0]]}]).encode(),
+        "logits must be numbers",
+    ),
+    "meta not an object": (json.dumps([{**GOOD, "meta": "x"}]).encode(), "meta must be an object"),
 }
 
 

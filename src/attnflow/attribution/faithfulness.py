@@ -244,3 +244,41 @@ def faithfulness_study(
     )
     scores = summary_frame(per_sample, ["method", "layer", "metric"], n_boot=n_boot, seed=seed)
     return FaithfulnessResult(scores.astype({"layer": "Int64"}), curves, agreement)
+
+
+def faithfulness_with_comparators(
+    model: Any,
+    encoder: Any,
+    input_ids: Sequence[Sequence[int]],
+    maps: Mapping[str, Sequence[np.ndarray]],
+    importance: Mapping[str, Sequence[np.ndarray]],
+    *,
+    methods: Sequence[str],
+    task_rows: str,
+    importance_options: Mapping[str, Mapping[str, Any]],
+    sample_ids: Sequence[int],
+    n_samples: int,
+    keep_positions: Sequence[int] = (),
+    seed: int = 0,
+    device: Any = "cpu",
+    **study: Any,
+) -> tuple[FaithfulnessResult, pd.DataFrame]:
+    """What the ``faithfulness`` stage computes: :func:`faithfulness_study` of the study's maps
+    (``methods``) and importance, with the comparators (integrated gradients, AttnLRP, ...; the
+    records' ``comparator`` methods) scored on the same seeded subset, and the cost table of every
+    method (:func:`attnflow.attribution.comparators.compare_on_subset`). ``study``: the other
+    options of :func:`faithfulness_study` (layers, top_k, n_boot, batch_size, replace_id, progress).
+    """
+    from .comparators import compare_on_subset
+
+    subset = [input_ids[i] for i in faithfulness_subset(len(input_ids), n_samples, seed)]
+    extra, cost = compare_on_subset(
+        model, encoder, subset, methods=methods, task_rows=task_rows, keep_positions=keep_positions,
+        importance_options=importance_options, device=device,
+    )  # fmt: skip
+    result = faithfulness_study(
+        model, input_ids, {m: maps[m] for m in methods}, importance, sample_ids=sample_ids,
+        n_samples=n_samples, subset_scores=extra, seed=seed, pad_id=encoder.pad_id,
+        keep_positions=keep_positions, device=device, **study,
+    )  # fmt: skip
+    return result, cost

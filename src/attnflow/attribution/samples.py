@@ -22,6 +22,7 @@ __all__ = [
     "blank_switches",
     "method_options",
     "study_options",
+    "switched_blank_out",
 ]
 
 #: ``attribution.blank_positions``: the positions never blanked, besides the end markers.
@@ -140,6 +141,27 @@ def study_options(
     opts = {k: v for k, v in attribution.items() if k != "methods"}
     grad = {k: task_settings[k] for k in ("gradient_target", "gradient_class")}
     return method_options(list(attribution["methods"]), encoder, **grad, **opts)
+
+
+def switched_blank_out(
+    scores: Mapping[str, Sequence[np.ndarray]], settings: Mapping[str, Any]
+) -> dict[str, tuple[str, Sequence[np.ndarray], bool]]:
+    """Blank-out recomputed under each switch (``scores``, by the names of :func:`blank_switches`)
+    as :func:`attnflow.metrics.tables.switch_frame` takes it: ``{"attribution.<name>": ("blank_out",
+    scores, whether CLS was blanked under that switch)}``; names that are not switches of
+    ``settings`` are left out.
+
+    >>> out = switched_blank_out({"blank_positions=skip_cls": [np.zeros(2)]}, {"blank_positions": "all",
+    ...     "blank_token": "unk", "mask_blank": False})
+    >>> [(k, v[0], v[2]) for k, v in out.items()]
+    [('attribution.blank_positions=skip_cls', 'blank_out', False)]
+    """
+    flips = blank_switches(settings)
+    return {
+        f"attribution.{name}": ("blank_out", values, flips[name]["blank_positions"] == "all")
+        for name, values in scores.items()
+        if name in flips
+    }
 
 
 def blank_switches(settings: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

@@ -166,16 +166,18 @@ def load_explanations(path: str | Path) -> list[Explanation]:
     else:
         head, get, _ = read_tensor_records(path, KIND)
         records = head["records"]
-        for i, d in enumerate(records):
-            if not isinstance(d, dict) or not isinstance(d.get("methods"), list):
-                raise ArtifactError(
-                    f"{path}: not an explanations file: explanation {i} has no list of methods"
-                )
-            d["maps"] = {m: get(f"{i}/{m}").astype(np.float64) for m in d.pop("methods")}
     try:
+        if path.suffix == ".safetensors":
+            for i, d in enumerate(records):
+                if not isinstance(d, dict) or not isinstance(d.get("methods"), list):
+                    raise ArtifactError(f"explanation {i} has no list of methods")
+                d["maps"] = {m: get(f"{i}/{m}").astype(np.float64) for m in d.pop("methods")}
         return [_explanation_from_record(d, i) for i, d in enumerate(records)]
     except ArtifactError as exc:
         raise ArtifactError(f"{path}: not an explanations file: {exc}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a field the checks do not cover
+        first = (str(exc).splitlines() or [""])[0]
+        raise ArtifactError(f"{path}: not an explanations file ({type(exc).__name__}: {first})") from exc
 
 
 def _explanation_from_record(d: Any, i: int) -> Explanation:
@@ -203,4 +205,11 @@ def _explanation_from_record(d: Any, i: int) -> Explanation:
             )
     if isinstance(d["layer"], bool) or not isinstance(d["layer"], int):
         raise ArtifactError(f"explanation {i}: layer must be an integer, got {d['layer']!r}")
+    if d.get("logits") is not None:
+        try:
+            np.asarray(d["logits"], dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ArtifactError(f"explanation {i}: logits must be numbers, got {d['logits']!r:.60}") from None
+    if not isinstance(d.get("meta") or {}, dict):
+        raise ArtifactError(f"explanation {i}: meta must be an object, got {type(d['meta']).__name__}")
     return Explanation.from_dict(d)

@@ -32,6 +32,7 @@ __all__ = [
     "curves_frame",
     "faithfulness_tree",
     "metrics_tree",
+    "study_frame",
     "summary_frame",
     "switch_frame",
 ]
@@ -159,6 +160,35 @@ def switch_frame(
         )  # fmt: skip
         parts.append(_frame(rows, task=task, variant=variant))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(COLUMNS))
+
+
+def study_frame(
+    maps: Mapping[str, Sequence[np.ndarray]],
+    importance: Mapping[str, Sequence[np.ndarray]],
+    *,
+    methods: Sequence[str],
+    task: str,
+    settings: CorrelationSettings,
+    switched_importance: Mapping[str, tuple[str, Sequence[np.ndarray], bool]] | None = None,
+    cls_blanked: bool = True,
+    n_boot: int = 1000,
+    ci: float = 0.95,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """What the ``correlate`` stage writes: the configured cells of every method in ``methods``
+    (per head too, where ``maps`` has ``<method>_heads``; :func:`correlation_frame`), then one
+    variant per switch flipped alone (:func:`switch_frame`)."""
+    rows = {m: maps[m] for m in methods}
+    configured_cells = correlation_frame(
+        rows, importance, exclude=settings.exclude(list(importance)), method=settings.spearman,
+        undefined=settings.undefined, n_boot=n_boot, ci=ci, seed=seed, task=task,
+        head_maps={m: maps[f"{m}_heads"] for m in methods if f"{m}_heads" in maps},
+    )  # fmt: skip
+    switched = switch_frame(
+        rows, importance, settings=settings, switched_importance=switched_importance,
+        cls_blanked=cls_blanked, seed=seed, task=task,
+    )  # fmt: skip
+    return pd.concat([configured_cells, switched], ignore_index=True)
 
 
 def _text(value: Any) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -54,3 +55,35 @@ def test_the_library_comes_right_after_the_two_commands_and_its_example_runs_off
     assert e.tokens[0] == "[CLS]" and set(e.maps) == {"raw", "rollout", "flow"}
     assert len(df) == 3 * e.num_layers * len(e.tokens)
     np.testing.assert_allclose(e.maps["flow"].sum(-1), 1.0, atol=1e-6)
+
+
+def _benchmark_tables():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("benchmark_tables", ROOT / "benchmarks" / "tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_performance_tables_are_the_committed_benchmark_results():
+    """README.md and docs/performance.md show what benchmarks/results/ holds (python benchmarks/tables.py)."""
+    tables = _benchmark_tables()
+    rendered = tables.rendered()
+    for path in tables.DOCUMENTS:
+        text = path.read_text(encoding="utf-8")
+        assert tables.with_tables(text, rendered, path) == text, f"{path}: run python benchmarks/tables.py"
+    result = json.loads((ROOT / "benchmarks" / "results" / "flow_speed.json").read_text(encoding="utf-8"))
+    first = result["rows"][0]
+    assert f"| {first['figure']} | {tables._num(first['ours'])} {first['unit']} |" in rendered["flow"]
+
+
+def test_a_document_without_its_table_markers_is_named(tmp_path):
+    import pytest
+
+    tables = _benchmark_tables()
+    with pytest.raises(ValueError, match=r"notes\.md: the markers of table 'flow' appear 0 times"):
+        tables.with_tables("no markers here", {"flow": "| x |"}, tmp_path / "notes.md")
+    twice = "<!-- benchmarks:flow -->\nold\n<!-- /benchmarks:flow -->\n" * 2
+    with pytest.raises(ValueError, match="appear 2 times"):
+        tables.with_tables(twice, {"flow": "| x |"}, tmp_path / "notes.md")

@@ -57,6 +57,8 @@ def test_a_small_call_without_compiled_kernels_runs_the_twins_and_starts_one_com
     expected = attention_flow(attn, lengths=lengths, sources=[0], normalize=False)
     started, waited = [], []
     monkeypatch.setenv("ATTNFLOW_JIT", "auto")
+    monkeypatch.setattr(_twin, "_in_memory", lambda disp: False)
+    monkeypatch.setattr(_twin, "_cached", lambda disp: False)
     monkeypatch.setattr(_twin, "loaded", lambda disp, args: False)
     monkeypatch.setattr(_twin, "start_background_compile", lambda: started.append(1))
     monkeypatch.setattr(_twin, "wait_for_background_compile", lambda: waited.append(1))
@@ -72,9 +74,40 @@ def test_a_small_call_without_compiled_kernels_runs_the_twins_and_starts_one_com
     assert waited
 
 
+def test_with_the_kernels_cached_small_calls_run_the_twins_until_a_load_would_have_paid(monkeypatch):
+    # a load of the cache costs about LOAD_WORK of twin work: the twins answer until then
+    attn, lengths = every_kind_of_task(np.random.default_rng(3))
+    expected = attention_flow(attn, lengths=lengths, sources=[0], normalize=False)
+    loads, twin_runs = [], []
+    twins = dict(_twin.twins())
+    monkeypatch.setenv("ATTNFLOW_JIT", "auto")
+    monkeypatch.setattr(_twin, "_in_memory", lambda disp: bool(loads))
+    monkeypatch.setattr(_twin, "_cached", lambda disp: True)
+    monkeypatch.setattr(_twin, "loaded", lambda disp, args: loads.append(disp) or True)
+    monkeypatch.setattr(_twin, "start_background_compile", lambda: pytest.fail("the cache is there"))
+    monkeypatch.setattr(
+        _twin, "twins", lambda: {k: (lambda *a, f=f: twin_runs.append(1) or f(*a)) for k, f in twins.items()}
+    )
+    monkeypatch.setitem(_twin._state, "twin_work", 0.0)
+    monkeypatch.setattr(_twin, "LOAD_WORK", 1.0)  # the first call's work exceeds it: loads at once
+    np.testing.assert_array_equal(
+        attention_flow(attn, lengths=lengths, sources=[0], normalize=False), expected
+    )
+    assert loads and not twin_runs
+    loads.clear()
+    monkeypatch.setattr(_twin, "LOAD_WORK", 1e12)  # twins all the way, nothing loaded
+    for _ in range(2):
+        np.testing.assert_array_equal(
+            attention_flow(attn, lengths=lengths, sources=[0], normalize=False), expected
+        )
+    assert len(twin_runs) == 2 and not loads and _twin._state["twin_work"] > 0
+
+
 def test_the_compiled_entry_kernels_are_found_in_memory_or_in_the_cache():
     _maxflow.warm_up()
-    assert _twin.loaded(_maxflow._run_serial, ())  # remembered once loaded: no typing per call
+    for entry in (_maxflow._run_serial, _maxflow._run_parallel, _maxflow._run_rows):
+        assert _twin._in_memory(entry) and _twin._cached(entry)
+        assert not _twin.use_twins(entry, (), 1.0)  # in memory: even a tiny call runs compiled
 
 
 def test_a_wrong_jit_mode_is_named(monkeypatch):

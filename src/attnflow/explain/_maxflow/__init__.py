@@ -118,12 +118,10 @@ def _execute(caps, lengths, row_b, row_L, supply, plan, tasks: np.ndarray, out: 
 
 
 def _dispatch(entry, args: tuple, work: float) -> None:
-    """entry(*args) compiled; or, while a small call finds no compiled kernel, its Python twin
-    (see `_twin`)."""
+    """entry(*args) compiled; or its Python twin, for a small call while the kernel is not
+    compiled, or not yet worth loading from the cache (see `_twin.use_twins`)."""
     mode = _twin.jit_mode()
-    if mode == "python" or (mode == "auto" and work < _twin.TWIN_WORK and not _twin.loaded(entry, args)):
-        if mode == "auto":
-            _twin.start_background_compile()
+    if mode == "python" or (mode == "auto" and _twin.use_twins(entry, args, work)):
         _twin.twins()[entry.py_func.__name__](*args)
         return
     if mode == "auto" and not _twin.loaded(entry, args):

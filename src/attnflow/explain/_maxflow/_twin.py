@@ -3,14 +3,16 @@
 Compiling every kernel from an empty cache takes ~30 s (numba optimises each caller again with its
 callees linked in); loading them from numba's on-disk cache takes ~0.3 s. So a call
 
-1. uses its entry kernel if it is in memory or loads from the cache (numba keeps the cache next to
-   the source, or in the user's cache folder when site-packages is read-only, or in
-   NUMBA_CACHE_DIR);
+1. uses its entry kernel if it is in memory;
 2. otherwise, if the call is small (estimated work < TWIN_WORK), runs the "twins": the kernels'
    own Python source with each call to a kernel bound to that kernel's twin -- the same float64
-   operations in the same order, so the same values, at ~1e5-1e6 arc visits per second -- and
-   starts one background process that compiles every kernel into the cache (`warm_up`);
-3. otherwise waits for that process, or compiles in-process.
+   operations in the same order, so the same values, at ~1e5-1e6 arc visits per second. With
+   nothing cached it also starts one background process that compiles every kernel into the
+   cache (`warm_up`); with the kernels cached it keeps to the twins until their work in this
+   process reaches LOAD_WORK, about what loading the cache costs (`use_twins`);
+3. otherwise loads the kernels from the cache (numba keeps it next to the source, or in the
+   user's cache folder when site-packages is read-only, or in NUMBA_CACHE_DIR), waits for the
+   background compile, or compiles in-process.
 
 ATTNFLOW_JIT=compile skips the twins (compile in-process, as numba does by default); =python always
 uses them (slow; for tests); the default is "auto".
@@ -32,7 +34,10 @@ MODES = ("auto", "compile", "python")
 # the Python twins (~1.2 us per unit: 0.1 s for one 20-token sentence from CLS, 6 layers; <= ~0.6 s).
 TWIN_WORK = 5e5
 _KERNEL_MODULES = (_jit, _residual, _labels, _push_relabel, _greedy, _solve, _tasks)
-_state: dict = {"twins": None, "ready": set(), "child": None}
+# A process runs the twins for small calls, with the kernels cached but not loaded, until their
+# estimated work adds up to this (~0.3 s of Python, about one load of the cache; see `use_twins`).
+LOAD_WORK = 2.5e5
+_state: dict = {"twins": None, "ready": set(), "child": None, "twin_work": 0.0}
 
 
 def jit_mode() -> str:
@@ -64,13 +69,43 @@ def twins() -> dict[str, types.FunctionType]:
     return _state["twins"]
 
 
+def use_twins(disp, args: tuple, work: float) -> bool:
+    """Whether a call of estimated `work` runs the twins rather than `disp`'s machine code (auto
+    mode): only a small call (work < TWIN_WORK) whose kernel is not in memory yet, and then
+    - nothing is cached: the twins answer while a background process compiles (started here);
+    - the kernels are cached: loading them costs ~0.35 s (numba's import and the machine code),
+      more than the twins spend on one short sentence. So the twins run until their work in this
+      process adds up to LOAD_WORK (about the same time), then the kernels are loaded: a process
+      that makes one small call never pays the load, one that makes many pays it once.
+    """
+    if not _jit.JIT or work >= TWIN_WORK or _in_memory(disp):
+        return False
+    if not _cached(disp):
+        start_background_compile()
+        return True
+    if _state["twin_work"] + work <= LOAD_WORK:
+        _state["twin_work"] += work
+        return True
+    return False
+
+
+def _in_memory(disp) -> bool:
+    """`disp` has machine code in this process (loaded by `loaded`, or compiled here)."""
+    return id(disp) in _state["ready"] or bool(getattr(disp, "overloads", None))
+
+
+def _cached(disp) -> bool:
+    """numba's cache holds `disp` (its index file exists; True when numba's layout is unknown)."""
+    index = getattr(getattr(getattr(disp, "_cache", None), "_cache_file", None), "_index_path", None)
+    return index is None or os.path.exists(index)
+
+
 def loaded(disp, args: tuple) -> bool:
     """Whether `disp` has machine code for these arguments in memory, or loads it from the cache
     now (what numba's own dispatch does first, minus the compile)."""
     if not _jit.JIT or id(disp) in _state["ready"]:
         return True
-    index = getattr(getattr(getattr(disp, "_cache", None), "_cache_file", None), "_index_path", None)
-    if index is not None and not os.path.exists(index):  # nothing cached: skip numba's typing and lookup
+    if not _cached(disp):  # skip numba's typing and lookup
         return False
     try:
         from numba.core.compiler_lock import global_compiler_lock

@@ -36,14 +36,13 @@ def run(cfg: DictConfig, task: str) -> None:
                   paths.method_agreement(task): result.agreement, paths.method_cost(task): cost}  # fmt: skip
         for path, table in tables.items():
             write_parquet(path, table.assign(task=task))
-        write_json(
-            paths.faithfulness_metrics(task), faithfulness_tree(result.scores)
-        )  # last layer, references
+        # the last layer's cells and the references, for `dvc metrics`
+        write_json(paths.faithfulness_metrics(task), faithfulness_tree(result.scores))
         for protocol in result.curves["protocol"].unique():
             wide = perturbation_curves_frame(result.curves, protocol)
             write_text(paths.faithfulness_curves(task) / f"{protocol}.csv", wide.to_csv(index=False))
-        mlrun.log_metrics(result.metric_cells())
-        mlrun.log_metrics({f"cost/{c.method}/vs_gradient": c.vs_gradient for c in cost.itertuples()})
+        costs = {f"cost/{c.method}/vs_gradient": c.vs_gradient for c in cost.itertuples()}
+        mlrun.log_metrics({**result.metric_cells(), **costs})
 
 
 if __name__ == "__main__":

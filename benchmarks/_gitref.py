@@ -5,8 +5,10 @@
     lib.attention_flow(attn, sources=[0])
 
 `git archive <ref> src/attnflow/explain` is unpacked once into benchmarks/.cache/ref/<commit>/
-(ignored by git) as the package ``attnflow_<commit>``, next to today's ``attnflow``; numba keeps
-its compiled kernels there, so only the first run of a ref compiles them. The baseline is the
+(ignored by git) as the package ``attnflow_<commit>``, next to today's ``attnflow``. A ref from
+before the compiled kernels (issue 31) needs numba installed; its kernels are compiled on its first
+run and cached there. A ref with the compiled kernels cannot be imported this way (its extension is
+built by pip, not archived): compare against such a ref by installing it in its own venv. The baseline is the
 committed code itself, never a copy kept in the tree. Its modules use relative imports for each
 other; the few absolute imports (``attnflow.method_inputs`` in the registry) reach today's package,
 which the baseline's flow / rollout / heads / raw / rows never touch.

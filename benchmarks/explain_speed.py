@@ -13,7 +13,8 @@ cast to float64 with rows re-normalised; per batch: raw / rollout / flow with he
 residual 0.5 for every query row of every layer, per head (Appendix A.1: head_rollout, head_flow
 with heads_below="mean"), each reduced with the max over query rows.
 
-Each side runs in a fresh process (numba compile and warm-up excluded; peak RSS is that process's
+Each side runs in a fresh process (warm-up excluded, and for a baseline from before the compiled
+kernels its numba compile; peak RSS is that process's
 maximum resident set, Python + libraries included). The baseline is timed on every k-th sentence
 of each length batch (--baseline-every k, same batch boundaries) and scaled by k per batch; the
 table says so. max |diff| compares every output of the sentences both sides computed.
@@ -64,7 +65,7 @@ def worker(lib_name: str, every: int, out: Path, ref: str = BASELINE_REF) -> Non
         lib = explain_at(ref)  # that commit's attnflow.explain, unpacked from git (benchmarks/_gitref.py)
     attn = sst2_attentions()
     batches = subsample(W.length_batches([a.shape[-1] for a in attn]), every)
-    W.run(lib, attn, [batches[0][:2]])  # compile / load the numba kernels, warm the caches
+    W.run(lib, attn, [batches[0][:2]])  # warm the caches (and a numba-era baseline's kernels)
     per_batch: dict = {}
     start = time.perf_counter()
     maps = W.run(lib, attn, batches, per_batch)
@@ -77,10 +78,17 @@ def worker(lib_name: str, every: int, out: Path, ref: str = BASELINE_REF) -> Non
                 "seconds": seconds,
                 "per_batch": [list(v) for v in per_batch.values()],
                 "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                "numba_threads": __import__("numba").get_num_threads(),
+                "flow_threads": _flow_threads(),
             }
         )
     )
+
+
+def _flow_threads() -> str:
+    """The flow kernels' thread setting of this process (the compiled kernels choose per call)."""
+    from attnflow.explain._maxflow._threads import ENV, free_cpus
+
+    return os.environ.get(ENV) or f"auto (free CPUs now: {free_cpus()})"
 
 
 def run_worker(lib_name: str, every: int, tmp: Path, ref: str = BASELINE_REF) -> tuple[dict, dict]:
@@ -180,7 +188,7 @@ def main() -> None:
         "n_sentences": len(attn),
         "tokens": {"min": int(lengths.min()), "mean": float(lengths.mean()), "max": int(lengths.max())},
         "cpus": os.cpu_count(),
-        "numba_threads": new["numba_threads"],
+        "flow_threads": new["flow_threads"],
         "load_average_before": load_before,
         "load_average_after": load_after,
         "capture_s": t_capture,
@@ -206,7 +214,7 @@ def main() -> None:
 
     print(
         f"explain@sst2 speed -- {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-        f"numba {__import__('numba').__version__} ({new['numba_threads']} threads)"
+        f"flow threads {new['flow_threads']}"
     )
     print(f"load average before / after: {load_before} / {load_after}   (other processes share these cores)")
     print(

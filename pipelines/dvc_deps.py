@@ -81,7 +81,21 @@ def imports(path: Path, root: Path = ROOT) -> set[str]:
 # for what they compute or need (these modules) depends on all of them; a stage that only validates
 # method names in its config (every stage, through attnflow.schema) does not.
 _RECORD_PACKAGE = Path("src/attnflow/methods")
-_RECORD_READERS = (Path("src/attnflow/method_inputs.py"), Path("src/attnflow/explain/registry.py"))
+_RECORD_READERS = tuple(
+    Path("src/attnflow", f)
+    for f in (
+        "method_inputs.py",
+        "explain/registry.py",
+        "explain/samples.py",  # the records' functions, per-head variants, CLS convention
+        "hf/methods.py",
+        "hf/text.py",
+        "generate/explanation.py",
+        "generate/gradient_maps.py",
+        "compare/scores.py",
+        "attribution/comparators.py",
+        "report/inputs.py",  # the records' figure order
+    )
+)
 
 
 def closure(script: Path, root: Path = ROOT) -> set[Path]:
@@ -128,10 +142,17 @@ def is_code_dep(dep: str, root: Path = ROOT) -> bool:
     return dep.endswith(".py") or path.is_dir() or not Path(dep).suffix
 
 
+# Compiled extensions: their C++ sources are code of every stage that imports the package holding
+# the extension (an import of a compiled module finds no .py file, so the closure cannot see them).
+COMPILED_SOURCES = {Path("src/attnflow/explain/_maxflow/__init__.py"): "src/cpp/maxflow"}
+
+
 def stage_deps(stage: str, old: list[str], root: Path = ROOT) -> list[str]:
-    """The deps of `stage`: its script's import closure (folded), then the non-code deps of `old`."""
-    code = fold(closure(root / "pipelines" / f"{stage}.py", root), root)
-    return code + [d for d in old if not is_code_dep(d, root)]
+    """The deps of `stage`: its script's import closure (folded) and the C++ sources of the
+    extensions it imports, then the non-code deps of `old`."""
+    files = closure(root / "pipelines" / f"{stage}.py", root)
+    compiled = sorted(src for init, src in COMPILED_SOURCES.items() if root / init in files)
+    return fold(files, root) + compiled + [d for d in old if not is_code_dep(d, root)]
 
 
 _STAGE = re.compile(r"^  ([A-Za-z_][\w-]*):\s*$")

@@ -63,9 +63,20 @@ def test_no_code_dep_is_broader_than_the_import_closure():
         for d in deps:
             if not dvc_deps.is_code_dep(d):
                 continue
+            if d in dvc_deps.COMPILED_SOURCES.values():  # C++ sources: the stage imports their extension
+                inits = [init for init, src in dvc_deps.COMPILED_SOURCES.items() if src == d]
+                assert any(ROOT / init in files for init in inits), f"{stage}: {d} is not imported"
+                continue
             path = ROOT / d
             covered = {path} if path.is_file() else {f for f in files if path in f.parents}
             assert covered and covered <= files, f"{stage}: {d} is not (wholly) imported by the stage"
+
+
+def test_the_flow_kernels_cpp_sources_are_deps_of_exactly_the_stages_that_import_flow():
+    text = (ROOT / "dvc.yaml").read_text(encoding="utf-8")
+    init = "src/attnflow/explain/_maxflow/__init__.py"
+    assert dvc_deps.stages_listing("src/cpp/maxflow/tasks.hpp", text) == dvc_deps.stages_listing(init, text)
+    assert dvc_deps.stages_listing("src/cpp/maxflow/tasks.hpp", text)
 
 
 def test_a_generation_module_reruns_only_the_stages_that_use_generation():

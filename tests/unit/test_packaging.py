@@ -1,7 +1,8 @@
 """pyproject.toml declares an installable library; the docs site builds without warnings.
 
-What a plain `pip install attnflow` gets is the base: numpy, scipy, numba and tqdm (without numba,
-flow silently runs its max-flow kernels in plain Python). Everything else comes by extra, per job.
+What a plain `pip install attnflow` gets is the base: numpy, scipy and tqdm, plus attention flow's
+max-flow kernels compiled into the wheel (C++17, scikit-build-core + pybind11: no JIT, so no numba
+or llvmlite). Everything else comes by extra, per job.
 Ranges only in pyproject.toml: the exact pins of the study live in requirements*.txt.
 """
 
@@ -41,10 +42,28 @@ def _all_requirements(project: dict) -> list[str]:
     ]
 
 
-def test_base_is_numpy_scipy_numba_without_torch(project):
+def test_base_is_numpy_scipy_without_a_jit_or_torch(project):
     base = {_name(r) for r in project["dependencies"]}
-    assert {"numpy", "scipy", "numba"} <= base
+    assert {"numpy", "scipy"} <= base
+    assert not base & {"numba", "llvmlite"}  # the kernels are compiled when the wheel is built
     assert "torch" not in base  # torch comes with [hf]
+
+
+def test_the_wheel_build_compiles_the_flow_kernels():
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert pyproject["build-system"]["build-backend"] == "scikit_build_core.build"
+    assert {_name(r) for r in pyproject["build-system"]["requires"]} >= {"scikit-build-core", "pybind11"}
+    cmake = (ROOT / "CMakeLists.txt").read_text()
+    assert "-ffp-contract=off" in cmake and "ffast-math" not in cmake.replace("-fno-fast-math", "")
+    from attnflow.explain._maxflow import _kernels  # built: the extension imports
+
+    assert _kernels.RESIDUAL_EPS == 1e-13
+
+
+def test_no_requirements_file_pins_numba():
+    for req in ROOT.glob("requirements*.txt"):
+        names = {_name(line) for line in req.read_text().splitlines() if line.strip()[:1].isalpha()}
+        assert not names & {"numba", "llvmlite"}, req.name
 
 
 def test_requires_python_allows_310_and_later(project):

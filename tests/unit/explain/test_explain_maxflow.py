@@ -4,16 +4,7 @@ import numpy as np
 import pytest
 
 from attnflow.explain import attention_flow
-from attnflow.explain._maxflow import (
-    HAVE_NUMBA,
-    RESIDUAL_EPS,
-    _network,
-    _reset,
-    _solve,
-    _workspace,
-    layered_max_flow,
-    warm_up,
-)
+from attnflow.explain._maxflow import RESIDUAL_EPS, _kernels, layered_max_flow
 from attnflow.explain._reference import reference_flow
 
 FLOW_TOL = 1e-6  # the exactness the issue asks for, vs networkx on float capacities
@@ -34,11 +25,6 @@ def all_rows(caps):
     row_L = np.repeat(np.arange(1, layers + 1), tokens)
     row_s = np.tile(np.arange(tokens), layers)
     return np.zeros_like(row_L), row_L, caps[row_L - 1, row_s]
-
-
-def test_numba_is_there_and_warms_up():
-    assert HAVE_NUMBA
-    warm_up()
 
 
 def test_medium_stack_equals_networkx_on_every_pair():
@@ -113,21 +99,20 @@ def test_workspace_overflow_falls_back_to_a_full_reset():
     # (every arc's flow and residual bits) must run and leave a clean workspace
     caps = residual_mixed(np.random.default_rng(4), 4, 6)
     K, n = 3, 6
-    C = _network(caps[None], 0, 4, n, False)  # middle arcs of a source at layer 4: A_3, A_2
-    ws = _workspace(K, n)
-    _reset(C, K, n, ws, -1)
-    ws = (*ws[:14], np.empty(1, np.int64), *ws[15:])
+    C = _kernels.network(caps[None], 0, 4, n, False)  # middle arcs of a source at layer 4: A_3, A_2
+    ws = _kernels.Workspace(K, n, touched_cap=1)
+    _kernels.reset(C, ws, -1)
     supply, sink = caps[3, 0].copy(), caps[0][:, 2].copy()
-    value = _solve(C, supply, sink, K, n, ws)
+    value = _kernels.solve(C, supply, sink, ws)
     assert abs(value - reference_flow(caps, sources=[0], layers=[3], normalize=False)[0, 0, 2]) < TIGHT
-    F, down, _, up, upT, e, g = ws[:7]
+    F, down, up, upT, e, g = ws.F, ws.down, ws.up, ws.upT, ws.e, ws.g
     assert not F.any() and not e.any() and not g.any() and not up.any() and not upT.any()
     full = C > RESIDUAL_EPS  # every arc with capacity has residual again
     for t in range(K - 1):
         for i in range(n):
             assert [(int(down[t, i, 0]) >> k) & 1 for k in range(n)] == full[t, i].astype(int).tolist()
     # and the same workspace solves the next problem exactly
-    value = _solve(C, supply, caps[0][:, 4].copy(), K, n, ws)
+    value = _kernels.solve(C, supply, caps[0][:, 4].copy(), ws)
     assert abs(value - reference_flow(caps, sources=[0], layers=[3], normalize=False)[0, 0, 4]) < TIGHT
 
 

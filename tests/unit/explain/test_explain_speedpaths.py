@@ -13,17 +13,10 @@ from attnflow.explain import _maxflow, attention_flow, head_flow
 from attnflow.explain._maxflow import (
     RESIDUAL_EPS,
     _assign,
-    _greedy,
-    _network,
+    _kernels,
     _plan,
-    _reset,
-    _run_parallel,
-    _run_serial,
     _small,
-    _solve,
     _split_sinks,
-    _sweep,
-    _workspace,
     layered_max_flow,
 )
 from attnflow.explain._maxflow._plan import SMALL_ROWS
@@ -109,18 +102,17 @@ def test_a_long_warm_started_sweep_equals_cold_solves():
     rng = np.random.default_rng(3)
     caps = residual_mixed(rng, 6, 10, sharpness=6.0)
     K, n = 5, 10
-    C = _network(caps[None], 0, 6, n, True)  # reversed network: the rows are sink capacities
+    C = _kernels.network(caps[None], 0, 6, n, True)  # reversed network: the rows are sink capacities
     rows = stochastic(rng, (400, n))
     rows[50:60] = rows[49]  # repeats
     rows[100:105] = 0.0  # nothing to deliver
     rows[200:260] = stochastic(rng, (60, n), ties=True)
     rows[300:] *= rng.random((100, 1)) * 3  # not normalised: sums in [0, 3]
     bcol = caps[0][:, 4].copy()
-    swept = np.empty(400)
-    _sweep(C, bcol, rows, 400, K, n, _workspace(K, n), swept)
-    ws = _workspace(K, n)
-    _reset(C, K, n, ws, -1)
-    cold = np.array([_solve(C, bcol, rows[r], K, n, ws) for r in range(400)])
+    swept = _kernels.sweep(C, bcol, rows, _kernels.Workspace(K, n))
+    ws = _kernels.Workspace(K, n)
+    _kernels.reset(C, ws, -1)
+    cold = np.array([_kernels.solve(C, bcol, rows[r], ws) for r in range(400)])
     np.testing.assert_allclose(swept, cold, atol=1e-12, rtol=0)
     assert np.all(swept[100:105] == 0.0)
 
@@ -133,12 +125,12 @@ def test_greedy_start_is_a_preflow_below_the_maximum():
         layers, n = rng.integers(3, 7), rng.integers(1, 9)
         caps = residual_mixed(rng, layers, n, sharpness=rng.choice([1.0, 4.0]), zeros=0.2)
         K = layers - 1
-        C = _network(caps[None], 0, layers, n, False)
-        ws = _workspace(K, n)
-        _reset(C, K, n, ws, -1)
+        C = _kernels.network(caps[None], 0, layers, n, False)
+        ws = _kernels.Workspace(K, n)
+        _kernels.reset(C, ws, -1)
         a, bcol = caps[layers - 1, 0].copy(), caps[0][:, n - 1].copy()
-        value, _, bound = _greedy(C, a, bcol, K, n, ws)
-        F, e, g = ws[0][: K - 1, :n, :n], ws[5][: K * n], ws[6][:n]
+        value, _, bound = _kernels.greedy(C, a, bcol, ws)
+        F, e, g = ws.F[: K - 1, :n, :n], ws.e[: K * n], ws.g[:n]
         assert np.all(F >= 0) and np.all(F <= C[: K - 1] + 1e-15) and np.all(g <= bcol + 1e-15)
         inflow = np.zeros((K, n))
         inflow[K - 1] = a
@@ -153,8 +145,9 @@ def test_greedy_start_is_a_preflow_below_the_maximum():
         assert bound >= best - 1e-12  # sum_k min(a_k, rho_k) is a cut bound
 
 
-def test_serial_and_threaded_paths_give_identical_values(monkeypatch):
-    # the same tasks, each with its own workspace: run on the calling thread or on numba's threads
+@pytest.mark.parametrize("threads", [2, 3, 5])
+def test_serial_and_threaded_paths_give_identical_values(monkeypatch, threads):
+    # the same tasks, each with its own workspace: run on the calling thread or on the pool's threads
     rng = np.random.default_rng(5)
     lengths = np.array([9, 4, 9, 7])
     caps = np.zeros((4, 5, 9, 9))
@@ -165,10 +158,12 @@ def test_serial_and_threaded_paths_give_identical_values(monkeypatch):
     row_s = np.tile(np.arange(9), 20) % lengths[row_b]
     supply = caps[row_b, row_L - 1, row_s]
     monkeypatch.setattr(_maxflow, "SERIAL_WORK", np.inf)
-    serial = layered_max_flow(caps, lengths, row_b, row_L, supply)
+    serial = layered_max_flow(caps, lengths, row_b, row_L, supply, threads=threads)
     monkeypatch.setattr(_maxflow, "SERIAL_WORK", 0.0)
-    threaded = layered_max_flow(caps, lengths, row_b, row_L, supply)
+    threaded = layered_max_flow(caps, lengths, row_b, row_L, supply, threads=threads)
     np.testing.assert_array_equal(serial, threaded)
+    one = layered_max_flow(caps, lengths, row_b, row_L, supply, threads=1)
+    np.testing.assert_array_equal(one, threaded)
 
 
 def test_padded_batch_with_deep_stacks_equals_each_sample_alone():
@@ -230,13 +225,14 @@ def test_a_small_call_runs_without_a_plan_and_gives_the_planned_values_exactly(m
     # one sample from CLS, 6 layers x 20 tokens: one kernel, its sinks cut over the threads
     caps, lengths, row_b, row_L, supply = cls_rows(np.random.default_rng(9), [20], 6)
     assert _small(row_b, row_L, lengths) is not None
+    monkeypatch.setenv("ATTNFLOW_THREADS", "2")  # sink ranges on two threads, busy machine or not
     calls = []
     monkeypatch.setattr(_maxflow, "_plan", lambda *a: calls.append(a) or _plan(*a))
     small = layered_max_flow(caps, lengths, row_b, row_L, supply)
     assert not calls  # no plan
     planned = np.zeros_like(small)
     plan = _plan(row_b, row_L, lengths, supply)
-    _maxflow._execute(caps, lengths, row_b, row_L, supply, plan, np.arange(plan[1].size), planned)
+    _maxflow._execute(caps, lengths, row_b, row_L, supply, plan, np.arange(plan[1].size), planned, 2)
     np.testing.assert_array_equal(small, planned)
     monkeypatch.setattr(_maxflow, "SERIAL_WORK", np.inf)  # one range, on the calling thread
     np.testing.assert_array_equal(layered_max_flow(caps, lengths, row_b, row_L, supply), planned)
@@ -266,10 +262,27 @@ def test_cutting_tasks_into_sink_ranges_changes_no_value(workers):
         assert sorted(j for p in pieces for j in range(t2[p], t3[p])) == list(range(plan[4][q], plan[5][q]))
         assert cost[pieces].sum() == pytest.approx(plan[6][q])
     whole = np.zeros((row_b.size, caps.shape[-1]))
-    _run_serial(caps, lengths, row_b, row_L, supply, plan[0], *plan[1:6], whole)
+    one_worker, in_order = np.array([0, tasks.size]), tasks
+    _kernels.run_tasks(
+        caps, lengths, row_b, row_L, supply, plan[0], *plan[1:6], one_worker, in_order, 1, whole
+    )
     cut = np.zeros_like(whole)
     worker_ptr, worker_tasks = _assign(cost, workers)
-    _run_parallel(
-        caps, lengths, row_b, row_L, supply, plan[0], kind, t0, t1, t2, t3, worker_ptr, worker_tasks, cut
+    _kernels.run_tasks(
+        caps,
+        lengths,
+        row_b,
+        row_L,
+        supply,
+        plan[0],
+        kind,
+        t0,
+        t1,
+        t2,
+        t3,
+        worker_ptr,
+        worker_tasks,
+        workers,
+        cut,
     )
     np.testing.assert_array_equal(cut, whole)

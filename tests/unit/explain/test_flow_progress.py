@@ -17,13 +17,14 @@ def _attn(layers: int = 5, tokens: int = 12, batch: int = 2) -> np.ndarray:
     return a / a.sum(-1, keepdims=True)
 
 
-@pytest.mark.parametrize("serial_work", [_maxflow.SERIAL_WORK, 0.0])  # one thread, and numba's threads
+@pytest.mark.parametrize("serial_work", [_maxflow.SERIAL_WORK, 0.0])  # one thread, and the pool's threads
 def test_an_all_rows_call_estimated_long_shows_progress_and_the_same_values(capsys, monkeypatch, serial_work):
     attn = _attn()
     quiet = attention_flow(attn, progress=False)
     assert "attention flow" not in capsys.readouterr().err
     monkeypatch.setattr(_maxflow, "PROGRESS_WORK", 0.0)  # every call is "long"
     monkeypatch.setattr(_maxflow, "SERIAL_WORK", serial_work)
+    monkeypatch.setenv("ATTNFLOW_THREADS", "2")  # threads even on a busy machine
     monkeypatch.setattr(_maxflow, "PROGRESS_ROUNDS", 7)
     shown = attention_flow(attn, lengths=[12, 12])  # progress=None: decided by the estimate
     err = capsys.readouterr().err

@@ -35,48 +35,39 @@ every input node (0, j), for many (sample, layer, source) at once. Structure use
   exact and push-relabel continues to the new maximum. Excess that cannot reach the sink stays
   where it is (phase one of push-relabel only). With 3 layers the greedy start alone beats sweeps.
 * Work is split into tasks (closed-form rows, rows solved problem by problem, or a sweep over some
-  sinks of one (sample, layer)) spread over numba's threads, longest first; a call with fewer
-  problem-by-problem tasks than threads cuts them into sink ranges (every problem starts from
-  zero flow, so the values do not change); a tiny call runs on the calling thread.
+  sinks of one (sample, layer)) spread over the extension's threads, longest first; a call with
+  fewer problem-by-problem tasks than threads cuts them into sink ranges (every problem starts from
+  zero flow, so the values do not change); a small call runs on the calling thread.
 * A small call (<= SMALL_ROWS rows, none swept, e.g. CLS flow of one sample) skips the plan: one
-  kernel (`_run_rows`) runs the closed forms and the sink ranges of the other rows, the same
-  kernels as the planned path. On one sample the Python around the kernels used to cost as much
-  as the kernels themselves.
-* The greedy start's child orders (positions by decreasing rho) are shared like rho itself: per
-  sample and sink on the forward network, per row on the reversed one.
+  kernel (`run_rows`) runs the closed forms and the sink ranges of the other rows, the same
+  kernels as the planned path.
 
 Exactness: arcs with residual <= RESIDUAL_EPS count as saturated and excess <= RESIDUAL_EPS as
 zero, so the value found is within (#arcs + #nodes) * RESIDUAL_EPS + STOP_TOL of the true maximum
 (1e-13 per arc: < 3e-8 for 12 layers x 128 tokens), warm-started or not. No integer rounding.
 
-numba compiles the kernels (cached on disk, `cache=True`); without numba the same code runs as
-plain Python (correct, slow). With numba but no cached code yet, a small call runs that plain Python
-while a background process fills the cache (`_twin`: the first call is correct and takes well under
-a second instead of the ~30 s compile).
-
-Modules: `_jit` (numba or not, tolerances, bits), `_residual` (the workspace), `_labels` (global
-relabel, gap), `_push_relabel`, `_greedy` (first preflow), `_solve` (one problem, sweeps), `_tasks`
-(what a call runs), `_plan` (tasks and costs), `_twin` (cold start).
+The kernels are C++17 (src/cpp/maxflow/: workspace, labels, push_relabel, greedy, solve, tasks,
+pool), compiled into the extension `_kernels` when the package is built: nothing is compiled or
+cached at run time. They release the GIL while they run. Threads: `_threads.flow_threads`
+(ATTNFLOW_THREADS fixes the count). Planning (which rows are swept, task costs, the spread over
+threads) is numpy, in `_plan`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import _jit, _twin
-from ._greedy import _greedy  # noqa: F401  (the kernels, for tests and the benchmarks)
-from ._jit import HAVE_NUMBA, RESIDUAL_EPS, STOP_TOL, numba
+from . import _kernels
 from ._plan import _assign, _plan, _rounds, _small, _split_sinks
-from ._residual import _reset, _workspace  # noqa: F401
-from ._solve import _solve, _sweep  # noqa: F401
-from ._tasks import _network, _run_parallel, _run_rows, _run_serial  # noqa: F401
+from ._threads import flow_threads
 
-_jit.seal_cache(_twin._KERNEL_MODULES)
+__all__ = ["PROGRESS_WORK", "RESIDUAL_EPS", "STOP_TOL", "layered_max_flow"]
 
-__all__ = ["PROGRESS_WORK", "RESIDUAL_EPS", "STOP_TOL", "layered_max_flow", "warm_up"]
-
-# Below this much estimated work (~ arc visits; ~0.1 ms) a call runs on the calling thread. Waking
-# numba's threads costs ~3 us, so a one-sample CLS call (~8e4) already runs on all of them.
+# The tolerances live in the C++ kernels (workspace.hpp); these are their values.
+RESIDUAL_EPS: float = _kernels.RESIDUAL_EPS
+STOP_TOL: float = _kernels.STOP_TOL
+# Below this much estimated work (~ arc visits; ~0.1 ms) a call runs on the calling thread: waking
+# a pool thread costs a few microseconds, so a one-sample CLS call (~8e4) already runs on several.
 SERIAL_WORK = 2.0e4
 # Above this much estimated work a call shows a progress bar with a time estimate (measured: ~5e8
 # to 1e9 per second on two busy cores, so about 2-4 s there; every row of 12 layers x 2048 tokens
@@ -86,47 +77,41 @@ PROGRESS_WORK = 2.0e9
 PROGRESS_ROUNDS = 50
 
 
-def _execute(caps, lengths, row_b, row_L, supply, plan, tasks: np.ndarray, out: np.ndarray) -> None:
-    """Run the plan's tasks `tasks` (ids), on numba's threads when there is enough work (a call
-    with fewer tasks than threads cuts them into sink ranges)."""
+def _execute(
+    caps, lengths, row_b, row_L, supply, plan, tasks: np.ndarray, out: np.ndarray, threads: int
+) -> None:
+    """Run the plan's tasks `tasks` (ids) on up to `threads` threads when there is enough work (a
+    call with fewer tasks than threads cuts them into sink ranges); on the calling thread
+    otherwise."""
     order, cost = plan[0], plan[-1]
     work = float(cost[tasks].sum())
-    threads = numba.get_num_threads() if HAVE_NUMBA else 1
     if work < SERIAL_WORK or threads <= 1:
         kind, t0, t1, t2, t3, _ = (v[tasks] for v in plan[1:])
-        _dispatch(_run_serial, (caps, lengths, row_b, row_L, supply, order, kind, t0, t1, t2, t3, out), work)
-    else:
-        kind, t0, t1, t2, t3, sub_cost = _split_sinks(plan, tasks, threads)
-        worker_ptr, worker_tasks = _assign(sub_cost, threads)
-        args = (
-            caps,
-            lengths,
-            row_b,
-            row_L,
-            supply,
-            order,
-            kind,
-            t0,
-            t1,
-            t2,
-            t3,
-            worker_ptr,
-            worker_tasks,
-            out,
+        one_worker = np.array([0, tasks.size], np.int64)
+        worker_tasks = np.arange(tasks.size, dtype=np.int64)
+        _kernels.run_tasks(
+            caps, lengths, row_b, row_L, supply, order, kind, t0, t1, t2, t3, one_worker, worker_tasks, 1, out
         )
-        _dispatch(_run_parallel, args, work)
-
-
-def _dispatch(entry, args: tuple, work: float) -> None:
-    """entry(*args) compiled; or its Python twin, for a small call while the kernel is not
-    compiled, or not yet worth loading from the cache (see `_twin.use_twins`)."""
-    mode = _twin.jit_mode()
-    if mode == "python" or (mode == "auto" and _twin.use_twins(entry, args, work)):
-        _twin.twins()[entry.py_func.__name__](*args)
         return
-    if mode == "auto" and not _twin.loaded(entry, args):
-        _twin.wait_for_background_compile()  # then load what it cached, or compile here
-    entry(*args)
+    kind, t0, t1, t2, t3, sub_cost = _split_sinks(plan, tasks, threads)
+    worker_ptr, worker_tasks = _assign(sub_cost, threads)
+    _kernels.run_tasks(
+        caps,
+        lengths,
+        row_b,
+        row_L,
+        supply,
+        order,
+        kind,
+        t0,
+        t1,
+        t2,
+        t3,
+        worker_ptr,
+        worker_tasks,
+        threads,
+        out,
+    )
 
 
 def layered_max_flow(
@@ -137,6 +122,7 @@ def layered_max_flow(
     supply: np.ndarray,
     *,
     progress: bool | None = None,
+    threads: int | None = None,
 ) -> np.ndarray:
     """Max-flow values from a source with out-capacities `supply[r]` to every input node.
 
@@ -148,6 +134,8 @@ def layered_max_flow(
 
     progress: a tqdm bar (stderr) with the remaining time; None = only when the estimated work
     exceeds PROGRESS_WORK. The bar changes the order tasks run in, never a value.
+    threads: how many threads may run the kernels; None = `flow_threads()` (the CPUs free now, or
+    ATTNFLOW_THREADS). Values never depend on it.
     """
     caps = np.ascontiguousarray(caps, dtype=np.float64)
     supply = np.ascontiguousarray(supply, dtype=np.float64)
@@ -159,55 +147,22 @@ def layered_max_flow(
         return out
     work = None if progress else _small(row_b, row_L, lengths)
     if work is not None:  # one kernel, no plan: the Python around a call is most of a small call's time
-        threads = numba.get_num_threads() if HAVE_NUMBA else 1
-        parts = threads if work >= SERIAL_WORK and threads > 1 else 1
-        _dispatch(_run_rows, (caps, lengths, row_b, row_L, supply, parts, out), work)
+        threads = 1 if work < SERIAL_WORK else min(flow_threads(threads), caps.shape[-1])
+        _kernels.run_rows(
+            caps, lengths, row_b, row_L, supply, threads, threads, out
+        )  # a sink range per thread
         return out
+    threads = flow_threads(threads)
     plan = _plan(row_b, row_L, lengths, supply)
     cost = plan[-1]
     if not (cost.sum() > PROGRESS_WORK if progress is None else progress):
-        _execute(caps, lengths, row_b, row_L, supply, plan, np.arange(cost.shape[0]), out)
+        _execute(caps, lengths, row_b, row_L, supply, plan, np.arange(cost.shape[0]), out, threads)
         return out
     from tqdm.auto import tqdm
 
     bar_format = "{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]"
     with tqdm(total=float(cost.sum()), desc="attention flow", bar_format=bar_format, leave=False) as bar:
         for tasks in _rounds(cost, PROGRESS_ROUNDS):
-            _execute(caps, lengths, row_b, row_L, supply, plan, tasks, out)
+            _execute(caps, lengths, row_b, row_L, supply, plan, tasks, out, threads)
             bar.update(float(cost[tasks].sum()))
     return out
-
-
-def warm_up() -> None:
-    """Compile (or load from the on-disk cache) the entry kernels, on the calling thread and on
-    numba's threads, with every kind of task (closed form, problem by problem, sweep)."""
-    rng = np.random.default_rng(0)
-    caps = rng.random((1, 4, 5, 5))
-    caps /= caps.sum(-1, keepdims=True)
-    row_L = np.array([1, 3, 4, 4, 4, 4])
-    row_b = np.zeros(6, np.int64)
-    supply = caps[0, row_L - 1, np.arange(6) % 5]
-    lengths = np.array([5])
-    order, kind, t0, t1, t2, t3, cost = _plan(row_b, row_L, lengths, supply)
-    out = np.zeros((6, 5))
-    _run_serial(caps, lengths, row_b, row_L, supply, order, kind, t0, t1, t2, t3, out)
-    if HAVE_NUMBA:
-        worker_ptr, worker_tasks = _assign(cost, numba.get_num_threads())
-        args = (
-            caps,
-            lengths,
-            row_b,
-            row_L,
-            supply,
-            order,
-            kind,
-            t0,
-            t1,
-            t2,
-            t3,
-            worker_ptr,
-            worker_tasks,
-            out,
-        )
-        _run_parallel(*args)
-    _run_rows(caps, lengths, row_b, row_L, supply, 1, out)

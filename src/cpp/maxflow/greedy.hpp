@@ -1,0 +1,142 @@
+// The greedy first preflow: one pass down the layers.
+#pragma once
+
+#include "workspace.hpp"
+
+namespace maxflow {
+
+// idx[:n] = positions 0..n-1 by decreasing vals[:n], ties in position order (a stable sort:
+// insertion sort for short rows, merge sort for long ones -- the same permutation).
+inline void order_desc(const double* vals, i64* idx, i64 n) {
+    if (n > 32) {
+        for (i64 q = 0; q < n; ++q) idx[q] = q;
+        std::stable_sort(idx, idx + n, [vals](i64 a, i64 b) { return vals[a] > vals[b]; });
+        return;
+    }
+    for (i64 q = 0; q < n; ++q) {
+        const double v = vals[q];
+        i64 p = q;
+        while (p > 0 && vals[idx[p - 1]] < v) {
+            idx[p] = idx[p - 1];
+            p -= 1;
+        }
+        idx[p] = q;
+    }
+}
+
+// The positions with vals > RESIDUAL_EPS by decreasing vals, ties in position order, into
+// idx[:count]; returns count. The same as the first `count` entries of order_desc (the entries
+// at most RESIDUAL_EPS all sort after them, and the greedy pass stops at the first of those).
+inline i64 order_desc_positive(const double* vals, i64* idx, i64 n) {
+    i64 count = 0;
+    for (i64 q = 0; q < n; ++q) {
+        const double v = vals[q];
+        if (!(v > RESIDUAL_EPS)) continue;
+        i64 p = count;
+        while (p > 0 && vals[idx[p - 1]] < v) {
+            idx[p] = idx[p - 1];
+            p -= 1;
+        }
+        idx[p] = q;
+        count += 1;
+    }
+    return count;
+}
+
+struct GreedyResult {
+    double value;
+    i64 n_touched;
+    double bound;
+};
+
+// A first preflow in one pass down the layers, then the sink arcs (flow only: the residual bits
+// are left as they were, see sync_bits).
+//
+// rho[m, k] = sum_i min(arc, rho one layer down), rho = the sink capacity on layer 1: what node
+// (m+1, k) could pass on to the sink with the network to itself (an upper bound). Layer by layer,
+// the nodes holding the most send first, each to the children that can pass on the most first,
+// never giving a child more than its remaining rho. What a node cannot place stays as its excess.
+// rho also bounds the maximum: value <= sum_k min(a_k, rho[K-1, k]) (a cut bound).
+// With `have_rho` the caller has put rho in the workspace already, and kids[t] = the positions by
+// decreasing rho[t] for t < K-1. Returns (value, arcs listed in `touched` (-1: overflow), bound).
+inline GreedyResult greedy(const double* C, const double* a, const double* bcap, Workspace& ws,
+                           bool have_rho = false) {
+    const i64 K = ws.K, n = ws.n;
+    double* F = ws.F.data();
+    double* e = ws.e.data();
+    double* rho = ws.rho.data();
+    i64* kids = ws.kids.data();
+    if (!have_rho) {
+        for (i64 k = 0; k < n; ++k) rho[k] = bcap[k];
+        for (i64 m = 1; m < K; ++m)
+            for (i64 i = 0; i < n; ++i) {
+                double v = 0.0;
+                const double* Crow = C + ((m - 1) * n + i) * n;
+                const double* below = rho + (m - 1) * n;
+                for (i64 k = 0; k < n; ++k) v += std::min(Crow[k], below[k]);
+                rho[m * n + i] = v;
+            }
+        for (i64 t = 0; t < K - 1; ++t) order_desc(rho + t * n, kids + t * n, n);  // most capable first
+    }
+    const i64 top = (K - 1) * n;
+    double bound = 0.0;
+    for (i64 k = 0; k < n; ++k) {
+        e[top + k] = a[k];
+        bound += std::min(a[k], rho[(K - 1) * n + k]);
+    }
+    i64 n_touched = 0;
+    const i64 cap_t = i64(ws.touched.size());
+    i64* senders = ws.send.data();
+    i64* nxt = ws.nxt.data();  // linked list of the children that can still take flow
+    for (i64 m = K - 1; m > 0; --m) {
+        const i64 t = m - 1;
+        const i64* children = kids + t * n;
+        double* rho_t = rho + t * n;
+        const i64 n_send = order_desc_positive(e + m * n, senders, n);  // fullest first
+        for (i64 p = 0; p < n; ++p) nxt[p] = p + 1;  // position p -> next; n ends the list; nxt[n] = head
+        nxt[n] = 0;
+        for (i64 q = 0; q < n_send; ++q) {
+            const i64 i = senders[q];
+            const i64 x = m * n + i;
+            double left = e[x];
+            if (left <= RESIDUAL_EPS) break;
+            i64 prev = n;
+            i64 p = nxt[n];
+            while (p < n) {
+                const i64 k = children[p];
+                const i64 arc = (t * n + i) * n + k;
+                const double amt = std::min(std::min(left, C[arc]), rho_t[k]);
+                if (amt > RESIDUAL_EPS) {
+                    if (n_touched >= 0 && n_touched < cap_t) {
+                        ws.touched[n_touched] = pack(t, i, k);
+                        n_touched += 1;
+                    } else {
+                        n_touched = -1;
+                    }
+                    F[arc] = amt;
+                    rho_t[k] -= amt;
+                    e[t * n + k] += amt;
+                    left -= amt;
+                }
+                if (rho_t[k] <= RESIDUAL_EPS) {  // full: drop it from the list
+                    nxt[prev] = nxt[p];
+                } else {
+                    prev = p;
+                }
+                if (left <= RESIDUAL_EPS) break;
+                p = nxt[p];
+            }
+            e[x] = left;
+        }
+    }
+    double value = 0.0;
+    for (i64 k = 0; k < n; ++k) {
+        const double amt = std::min(e[k], bcap[k]);
+        ws.g[k] = amt;
+        e[k] -= amt;
+        value += amt;
+    }
+    return {value, n_touched, bound};
+}
+
+}  // namespace maxflow

@@ -1,0 +1,199 @@
+// Python bindings of the max-flow kernels: attnflow.explain._maxflow._kernels.
+// The GIL is released while a kernel runs; threads come from the extension's own pool (pool.hpp).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "pool.hpp"
+#include "tasks.hpp"
+
+namespace py = pybind11;
+using namespace maxflow;
+
+using F64 = py::array_t<double, py::array::c_style | py::array::forcecast>;
+using I64 = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>;
+
+namespace {
+
+void require(bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument("attnflow max flow: " + what);
+}
+
+// The call's arrays, checked: shapes agree and every row points inside caps (an index out of range
+// would read outside the buffers).
+Call make_call(const F64& caps, const I64& lengths, const I64& row_b, const I64& row_L, const F64& supply,
+               py::array_t<double, py::array::c_style>& out) {
+    require(caps.ndim() == 4 && caps.shape(2) == caps.shape(3), "caps must be (B, L, N, N)");
+    const i64 B = caps.shape(0), Lmax = caps.shape(1), N = caps.shape(2);
+    require(N <= TOUCH_MASK, "at most 2**21 - 1 positions");
+    const i64 R = row_b.size();
+    require(lengths.ndim() == 1 && lengths.shape(0) == B, "lengths must be (B,)");
+    require(row_b.ndim() == 1 && row_L.ndim() == 1 && row_L.shape(0) == R, "row_b, row_L must be (R,)");
+    require(supply.ndim() == 2 && supply.shape(0) == R && supply.shape(1) == N, "supply must be (R, N)");
+    require(out.ndim() == 2 && out.shape(0) == R && out.shape(1) == N, "out must be (R, N)");
+    const i64* len = lengths.data();
+    for (i64 b = 0; b < B; ++b) require(len[b] >= 0 && len[b] <= N, "lengths must lie in [0, N]");
+    const i64* rb = row_b.data();
+    const i64* rl = row_L.data();
+    for (i64 r = 0; r < R; ++r) {
+        require(rb[r] >= 0 && rb[r] < B, "row_b out of range");
+        require(rl[r] >= 1 && rl[r] <= Lmax, "row_L out of range");
+        require(r == 0 || rb[r] > rb[r - 1] || (rb[r] == rb[r - 1] && rl[r] >= rl[r - 1]),
+                "rows must be sorted by (row_b, row_L)");
+    }
+    return Call{caps.data(), B, Lmax, N, len, rb, rl, supply.data(), out.mutable_data()};
+}
+
+void run_rows(const F64& caps, const I64& lengths, const I64& row_b, const I64& row_L, const F64& supply,
+              i64 parts, i64 threads, py::array_t<double, py::array::c_style>& out) {
+    const Call c = make_call(caps, lengths, row_b, row_L, supply, out);
+    require(parts >= 1, "parts must be >= 1");
+    const i64 R = row_b.size();
+    std::vector<i64> closed, cold;
+    for (i64 r = 0; r < R; ++r) (c.row_L[r] <= 2 ? closed : cold).push_back(r);
+    const i64 N = c.N;
+    const i64 width = (N + parts - 1) / parts;
+    Pool& p = pool();
+    py::gil_scoped_release release;
+    p.run(parts, threads, [&](i64 part) {
+        if (part == 0 && !closed.empty()) run_closed(c, closed.data(), i64(closed.size()));
+        if (!cold.empty())
+            run_cold(c, cold.data(), i64(cold.size()), part * width, std::min(part * width + width, N));
+    });
+}
+
+void run_tasks(const F64& caps, const I64& lengths, const I64& row_b, const I64& row_L, const F64& supply,
+               const I64& order, const I64& kind, const I64& t0, const I64& t1, const I64& t2, const I64& t3,
+               const I64& worker_ptr, const I64& worker_tasks, i64 threads,
+               py::array_t<double, py::array::c_style>& out) {
+    const Call c = make_call(caps, lengths, row_b, row_L, supply, out);
+    const i64 R = row_b.size(), n_tasks = kind.size();
+    require(order.size() == R, "order must be (R,)");
+    for (const I64* v : {&t0, &t1, &t2, &t3}) require(v->size() == n_tasks, "task arrays must be alike");
+    const i64 n_workers = worker_ptr.size() - 1;
+    require(n_workers >= 1, "worker_ptr must have >= 2 entries");
+    const i64 *o = order.data(), *k = kind.data(), *a0 = t0.data(), *a1 = t1.data(), *a2 = t2.data(),
+              *a3 = t3.data(), *wp = worker_ptr.data(), *wt = worker_tasks.data();
+    for (i64 r = 0; r < R; ++r) require(o[r] >= 0 && o[r] < R, "order out of range");
+    for (i64 t = 0; t < n_tasks; ++t) {
+        require(0 <= a0[t] && a0[t] < a1[t] && a1[t] <= R, "a task's rows are out of range");
+        require(0 <= a2[t] && a2[t] <= a3[t] && a3[t] <= c.N, "a task's sinks are out of range");
+        require(k[t] >= 0 && k[t] <= 2, "task kind must be 0, 1 or 2");
+    }
+    require(wp[0] == 0 && wp[n_workers] == i64(worker_tasks.size()), "worker_ptr must span worker_tasks");
+    for (i64 w = 0; w < n_workers; ++w) require(wp[w] <= wp[w + 1], "worker_ptr must be non-decreasing");
+    for (i64 q = 0; q < i64(worker_tasks.size()); ++q) require(wt[q] >= 0 && wt[q] < n_tasks, "bad task id");
+    Pool& p = pool();
+    py::gil_scoped_release release;
+    p.run(n_workers, threads, [&](i64 w) {
+        for (i64 q = wp[w]; q < wp[w + 1]; ++q) {
+            const i64 t = wt[q];
+            run_task(c, o, k[t], a0[t], a1[t], a2[t], a3[t]);
+        }
+    });
+}
+
+// --- single problems on one network, for the tests (same kernels as the calls above) ----------
+
+F64 network(const F64& caps, i64 b, i64 L, i64 n, bool reverse) {
+    require(caps.ndim() == 4 && b >= 0 && b < caps.shape(0) && L >= 1 && L <= caps.shape(1), "bad network");
+    require(n >= 0 && n <= caps.shape(2), "bad n");
+    const Call c{caps.data(), caps.shape(0), caps.shape(1), caps.shape(2), nullptr, nullptr, nullptr, nullptr, nullptr};
+    F64 C({std::max<i64>(L - 2, 1), n, n});
+    std::fill(C.mutable_data(), C.mutable_data() + C.size(), 0.0);
+    fill_network(c, b, L, n, reverse, C.mutable_data());
+    return C;
+}
+
+void check_net(const F64& C, const Workspace& ws) {
+    require(C.ndim() == 3 && C.shape(0) == ws.T && C.shape(1) == ws.n && C.shape(2) == ws.n,
+            "C must be (max(K-1, 1), n, n) for the workspace");
+}
+
+void check_vec(const F64& v, const Workspace& ws, const char* name) {
+    require(v.ndim() == 1 && v.shape(0) >= ws.n, std::string(name) + " must have n entries");
+}
+
+template <class T>
+py::array_t<T> view(std::vector<T>& v, std::vector<py::ssize_t> shape, py::handle owner) {
+    return py::array_t<T>(shape, v.data(), owner);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_kernels, m) {
+    m.doc() = "Max-flow kernels of attnflow's attention flow (C++17, compiled when the package is built).";
+    m.attr("RESIDUAL_EPS") = RESIDUAL_EPS;
+    m.attr("STOP_TOL") = STOP_TOL;
+    m.def("run_rows", &run_rows, "Closed forms, then each (row, sink) problem on its own, sinks cut into parts.");
+    m.def("run_tasks", &run_tasks, "The planned tasks, per worker list, on up to `threads` threads.");
+    m.def("network", &network, py::arg("caps"), py::arg("b"), py::arg("L"), py::arg("n"), py::arg("reverse"));
+
+    py::class_<Workspace>(m, "Workspace")
+        .def(py::init<i64, i64, i64>(), py::arg("K"), py::arg("n"), py::arg("touched_cap") = -1)
+        .def_readonly("K", &Workspace::K)
+        .def_readonly("n", &Workspace::n)
+        .def_property_readonly("F", [](py::object self) {
+            auto& ws = self.cast<Workspace&>();
+            return view(ws.F, {ws.T, ws.n, ws.n}, self);
+        })
+        .def_property_readonly("down", [](py::object self) {
+            auto& ws = self.cast<Workspace&>();
+            return view(ws.down, {ws.T, ws.n, ws.W}, self);
+        })
+        .def_property_readonly("up", [](py::object self) {
+            auto& ws = self.cast<Workspace&>();
+            return view(ws.up, {ws.T, ws.n, ws.W}, self);
+        })
+        .def_property_readonly("upT", [](py::object self) {
+            auto& ws = self.cast<Workspace&>();
+            return view(ws.upT, {ws.T, ws.n, ws.W}, self);
+        })
+        .def_property_readonly("e", [](py::object self) {
+            auto& ws = self.cast<Workspace&>();
+            return view(ws.e, {ws.nn}, self);
+        })
+        .def_property_readonly("g", [](py::object self) {
+            auto& ws = self.cast<Workspace&>();
+            return view(ws.g, {ws.n}, self);
+        });
+
+    m.def("reset", [](const F64& C, Workspace& ws, i64 n_touched) {
+        check_net(C, ws);
+        require(n_touched <= i64(ws.touched.size()), "n_touched out of range");
+        reset(C.data(), ws, n_touched);
+    });
+    m.def(
+        "solve",
+        [](const F64& C, const F64& a, const F64& bcap, Workspace& ws) {
+            check_net(C, ws);
+            check_vec(a, ws, "a");
+            check_vec(bcap, ws, "bcap");
+            return solve(C.data(), a.data(), bcap.data(), ws);
+        },
+        "Max flow of one problem from zero flow (the workspace must be at zero flow; left so).");
+    m.def(
+        "greedy",
+        [](const F64& C, const F64& a, const F64& bcap, Workspace& ws) {
+            check_net(C, ws);
+            check_vec(a, ws, "a");
+            check_vec(bcap, ws, "bcap");
+            const GreedyResult r = greedy(C.data(), a.data(), bcap.data(), ws);
+            return py::make_tuple(r.value, r.n_touched, r.bound);
+        },
+        "The greedy first preflow: (value, arcs touched, cut bound); the flow stays in the workspace.");
+    m.def(
+        "sweep",
+        [](const F64& C, const F64& fixed, const F64& vary, Workspace& ws) {
+            check_net(C, ws);
+            check_vec(fixed, ws, "fixed");
+            require(vary.ndim() == 2 && vary.shape(1) == ws.n, "vary must be (count, n)");
+            F64 out({vary.shape(0)});
+            sweep(C.data(), fixed.data(), vary.data(), vary.shape(0), ws, out.mutable_data());
+            return out;
+        },
+        "One warm-started sweep: supply `fixed`, sink capacities vary[q]; the values.");
+}

@@ -1,0 +1,301 @@
+// Tasks: what one call runs -- closed forms, sweeps, and problems solved one at a time.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "solve.hpp"
+
+namespace maxflow {
+
+// Layer-2 rows (closed form) computed together against one column of A_1 (see run_closed).
+constexpr i64 CLOSED_BLOCK = 8;
+
+// The arrays of one call. caps: (B, Lmax, N, N), caps[b, l] = capacity matrix of layer l+1,
+// positions of sample b packed at the front; row r: a source at 1-based layer row_L[r] of sample
+// row_b[r] with out-capacities supply[r] (N,); out: (R, N).
+struct Call {
+    const double* caps;
+    i64 B, Lmax, N;
+    const i64* lengths;
+    const i64* row_b;
+    const i64* row_L;
+    const double* supply;
+    double* out;
+    double cap(i64 b, i64 l, i64 i, i64 k) const { return caps[((b * Lmax + l) * N + i) * N + k]; }
+};
+
+// Middle network of source layer L into C (max(L-2, 1) matrices of n x n): C[t] = A_{t+2}
+// (t = 0..L-3); reversed: C[t] = A_{L-1-t}^T.
+inline void fill_network(const Call& c, i64 b, i64 L, i64 n, bool reverse, double* C) {
+    for (i64 t = 0; t < L - 2; ++t)
+        for (i64 i = 0; i < n; ++i)
+            for (i64 k = 0; k < n; ++k)
+                C[(t * n + i) * n + k] = reverse ? c.cap(b, L - 2 - t, k, i) : c.cap(b, t + 1, i, k);
+}
+
+// sigma[m, k] (row stride N): what node (m+1, k) could receive from the supply a on layer K with
+// the network to itself: sigma[K-1] = a, sigma[m-1, k] = sum_i min(sigma[m, i], C[m-1, i, k]).
+// Every unit reaching sink j passes some layer-1 node k, so value_j <= sum_k min(sigma[0, k],
+// b_j[k]): one O(L n^2) pass per source bounds all n sinks.
+inline void top_down(const double* C, const double* a, i64 K, i64 n, i64 N, double* sigma) {
+    for (i64 k = 0; k < n; ++k) sigma[(K - 1) * N + k] = a[k];
+    for (i64 m = K - 1; m > 0; --m) {
+        double* below = sigma + (m - 1) * N;
+        for (i64 k = 0; k < n; ++k) below[k] = 0.0;
+        for (i64 i = 0; i < n; ++i) {
+            const double s = sigma[m * N + i];
+            const double* Crow = C + ((m - 1) * n + i) * n;
+            for (i64 k = 0; k < n; ++k) below[k] += std::min(s, Crow[k]);
+        }
+    }
+}
+
+// sum_k min(x_k, y_k) over k < n, in four interleaved partial sums (independent chains the CPU
+// can overlap; the order of the additions is fixed, so the result is deterministic).
+inline double min_dot(const double* x, const double* y, i64 n) {
+    double v0 = 0.0, v1 = 0.0, v2 = 0.0, v3 = 0.0;
+    i64 k = 0;
+    while (k + 4 <= n) {
+        v0 += std::min(x[k], y[k]);
+        v1 += std::min(x[k + 1], y[k + 1]);
+        v2 += std::min(x[k + 2], y[k + 2]);
+        v3 += std::min(x[k + 3], y[k + 3]);
+        k += 4;
+    }
+    while (k < n) {
+        v0 += std::min(x[k], y[k]);
+        k += 1;
+    }
+    return (v0 + v1) + (v2 + v3);
+}
+
+// Rows of source layer 1 or 2, in closed form: L = 1: the supply row itself; L = 2:
+// value_j = sum_k min(a_k, A_1[k, j]) (the paths s -> (1, k) -> j share no edge). Layer-2 rows
+// of one sample go in blocks of CLOSED_BLOCK against A_1 transposed (contiguous columns).
+inline void run_closed(const Call& c, const i64* rows, i64 R) {
+    const i64 N = c.N;
+    std::vector<double> At(N * N);  // A_1 of sample tb, transposed
+    i64 tb = -1;
+    i64 q = 0;
+    while (q < R) {
+        const i64 r = rows[q];
+        const i64 b = c.row_b[r];
+        const i64 n = c.lengths[b];
+        if (c.row_L[r] == 1) {
+            for (i64 j = 0; j < n; ++j) c.out[r * N + j] = c.supply[r * N + j];
+            q += 1;
+            continue;
+        }
+        if (b != tb) {
+            for (i64 k = 0; k < n; ++k)
+                for (i64 j = 0; j < n; ++j) At[j * N + k] = c.cap(b, 0, k, j);
+            tb = b;
+        }
+        i64 q1 = q + 1;
+        while (q1 < R && q1 - q < CLOSED_BLOCK && c.row_b[rows[q1]] == b && c.row_L[rows[q1]] == 2) q1 += 1;
+        for (i64 j = 0; j < n; ++j) {
+            const double* col = At.data() + j * N;
+            for (i64 p = q; p < q1; ++p) c.out[rows[p] * N + j] = min_dot(c.supply + rows[p] * N, col, n);
+        }
+        q = q1;
+    }
+}
+
+// Sinks j0..j1-1 of one (sample b, layer L): per sink, one sweep over the rows `rows` (in that
+// order) on the reversed network (supply = column j of A_1, sink capacities = the rows).
+inline void run_sweep_sinks(const Call& c, i64 b, i64 L, i64 n, const i64* rows, i64 count, i64 j0, i64 j1) {
+    const i64 K = L - 1, N = c.N;
+    std::vector<double> C(std::max<i64>(L - 2, 1) * n * n);
+    fill_network(c, b, L, n, true, C.data());
+    Workspace ws(K, n);
+    std::vector<double> vary(count * n);
+    for (i64 q = 0; q < count; ++q)
+        for (i64 k = 0; k < n; ++k) vary[q * n + k] = c.supply[rows[q] * N + k];
+    std::vector<double> bcol(n), vals(count);
+    for (i64 j = j0; j < j1; ++j) {
+        for (i64 k = 0; k < n; ++k) bcol[k] = c.cap(b, 0, k, j);
+        sweep(C.data(), bcol.data(), vary.data(), count, ws, vals.data());
+        for (i64 q = 0; q < count; ++q) c.out[rows[q] * N + j] = vals[q];
+    }
+}
+
+// rho_f[j, m] for m = depth[j]..K-1: what node (m+1, k) of sample b could pass on to input j
+// (greedy's rho on the forward network; it does not depend on the source layer, so the rows of
+// every layer of a sample share it): rho_f[j, 0] = A_1[:, j],
+// rho_f[j, m, i] = sum_k min(A_{m+1}[i, k], rho_f[j, m-1, k]); and ord_f[j, m], the positions by
+// decreasing rho_f[j, m] (greedy's children order, shared the same way). rho_f: (n, Kmax, n).
+inline void rho_down(const Call& c, i64 b, i64 j, i64 n, i64* depth, i64 K, i64 Kmax, double* rho_f,
+                     i64* ord_f) {
+    for (i64 m = depth[j]; m < K; ++m) {
+        double* r = rho_f + (j * Kmax + m) * n;
+        if (m == 0) {
+            for (i64 k = 0; k < n; ++k) r[k] = c.cap(b, 0, k, j);
+        } else {
+            const double* below = rho_f + (j * Kmax + m - 1) * n;
+            for (i64 i = 0; i < n; ++i) {
+                double v = 0.0;
+                const double* Crow = c.caps + ((b * c.Lmax + m) * c.N + i) * c.N;
+                for (i64 k = 0; k < n; ++k) v += std::min(Crow[k], below[k]);
+                r[i] = v;
+            }
+        }
+        order_desc(r, ord_f + (j * Kmax + m) * n, n);
+    }
+    depth[j] = std::max(depth[j], K);
+}
+
+// The networks and workspaces run_cold keeps per depth, per thread, between calls while the
+// length stays the same: a one-sample call then allocates nothing. Every solve starts by resetting
+// the flow (reset) and recomputing the labels (global_relabel), so a reused workspace gives the
+// values a new one gives. Long sequences do not keep theirs (KEEP_MAX_N).
+struct ColdScratch {
+    static constexpr i64 KEEP_MAX_N = 256;
+    i64 n = -1;
+    std::vector<std::vector<double>> nets_f, nets_r;
+    std::vector<std::unique_ptr<Workspace>> spaces_f, spaces_r;
+    void fit(i64 n_, i64 Kmax) {
+        if (n_ != n) {
+            nets_f.clear();
+            nets_r.clear();
+            spaces_f.clear();
+            spaces_r.clear();
+            n = n_;
+        }
+        if (i64(spaces_f.size()) < Kmax + 1) {
+            nets_f.resize(Kmax + 1);
+            nets_r.resize(Kmax + 1);
+            spaces_f.resize(Kmax + 1);
+            spaces_r.resize(Kmax + 1);
+        }
+    }
+    void release_if_large() {
+        if (n > KEEP_MAX_N) fit(-1, 0);
+    }
+};
+
+inline ColdScratch& cold_scratch() {
+    thread_local ColdScratch scratch;
+    return scratch;
+}
+
+// Each (row, sink) problem on its own (from a greedy start), for rows sorted by (sample, layer)
+// and the sinks j0 <= j < min(j1, n): on the forward network or, when the sink column is the
+// smaller trivial cut, on the reversed one. Shared, not recomputed: per sample, the forward rho
+// of each sink (rho_down); per row, its top-down capacities (top_down), which bound every sink
+// and are the reversed network's rho; and the children orders of both. Networks and workspaces
+// are kept per depth while the length stays the same. Each problem starts from zero flow, so the
+// values do not depend on how the sinks are split into tasks.
+inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
+    const i64 N = c.N;
+    const i64 Kmax = std::max<i64>(c.Lmax - 1, 1);
+    i64 n = -1, b = -1, L = -1, K = 1;
+    std::vector<double> a(N), bcol(N);
+    ColdScratch& scratch = cold_scratch();
+    auto& nets_f = scratch.nets_f;
+    auto& nets_r = scratch.nets_r;
+    auto& spaces_f = scratch.spaces_f;
+    auto& spaces_r = scratch.spaces_r;
+    double* Cf = nullptr;
+    double* Cr = nullptr;
+    Workspace* wsf = nullptr;
+    Workspace* wsr = nullptr;
+    std::vector<double> rho_f;
+    std::vector<i64> ord_f;
+    std::vector<i64> depth(N, 0);
+    std::vector<double> sigma(Kmax * N);
+    std::vector<i64> ord_s(Kmax * N, 0);  // the row's children orders on the reversed network
+    bool reversed_ready = false, sorted_sigma = false;
+    for (i64 q = 0; q < R; ++q) {
+        const i64 r = rows[q];
+        const bool new_sample = c.row_b[r] != b;
+        if (new_sample) {
+            b = c.row_b[r];
+            if (c.lengths[b] != n) {
+                n = c.lengths[b];
+                scratch.fit(n, Kmax);  // networks and workspaces of this length
+                rho_f.assign(n * Kmax * n, 0.0);
+                ord_f.assign(n * Kmax * n, 0);
+            }
+            std::fill(depth.begin(), depth.end(), 0);
+        }
+        if (new_sample || c.row_L[r] != L) {  // a new network
+            L = c.row_L[r];
+            K = L - 1;
+            if (!spaces_f[K]) {
+                nets_f[K].assign(std::max<i64>(K - 1, 1) * n * n, 0.0);
+                spaces_f[K] = std::make_unique<Workspace>(K, n);
+            }
+            Cf = nets_f[K].data();
+            wsf = spaces_f[K].get();
+            fill_network(c, b, L, n, false, Cf);
+            reset(Cf, *wsf, -1);
+            reversed_ready = false;
+        }
+        double sa = 0.0;
+        for (i64 k = 0; k < n; ++k) {
+            a[k] = c.supply[r * N + k];
+            sa += a[k];
+        }
+        top_down(Cf, a.data(), K, n, N, sigma.data());
+        sorted_sigma = false;
+        const i64 jend = std::min(j1, n);
+        for (i64 j = j0; j < jend; ++j) {
+            double sb = 0.0, hint = 0.0;
+            for (i64 k = 0; k < n; ++k) {
+                bcol[k] = c.cap(b, 0, k, j);
+                sb += bcol[k];
+                hint += std::min(sigma[k], bcol[k]);
+            }
+            if (sb < sa) {
+                if (!reversed_ready) {  // built (and its workspace made) when first needed
+                    if (!spaces_r[K]) {
+                        nets_r[K].assign(std::max<i64>(K - 1, 1) * n * n, 0.0);
+                        spaces_r[K] = std::make_unique<Workspace>(K, n);
+                    }
+                    Cr = nets_r[K].data();
+                    wsr = spaces_r[K].get();
+                    fill_network(c, b, L, n, true, Cr);
+                    reset(Cr, *wsr, -1);
+                    reversed_ready = true;
+                }
+                if (!sorted_sigma) {
+                    for (i64 m = 1; m < K; ++m) order_desc(sigma.data() + m * N, ord_s.data() + m * N, n);
+                    sorted_sigma = true;
+                }
+                // the reversed network's rho: this row's top-down pass
+                for (i64 m = 0; m < K; ++m)
+                    for (i64 k = 0; k < n; ++k) wsr->rho[m * n + k] = sigma[(K - 1 - m) * N + k];
+                for (i64 m = 0; m < K - 1; ++m)
+                    for (i64 k = 0; k < n; ++k) wsr->kids[m * n + k] = ord_s[(K - 1 - m) * N + k];
+                c.out[r * N + j] = solve(Cr, bcol.data(), a.data(), *wsr, hint, true);
+            } else {
+                rho_down(c, b, j, n, depth.data(), K, Kmax, rho_f.data(), ord_f.data());
+                for (i64 m = 0; m < K; ++m)
+                    for (i64 k = 0; k < n; ++k) wsf->rho[m * n + k] = rho_f[(j * Kmax + m) * n + k];
+                for (i64 m = 0; m < K - 1; ++m)
+                    for (i64 k = 0; k < n; ++k) wsf->kids[m * n + k] = ord_f[(j * Kmax + m) * n + k];
+                c.out[r * N + j] = solve(Cf, a.data(), bcol.data(), *wsf, hint, true);
+            }
+        }
+    }
+    scratch.release_if_large();
+}
+
+// One task over the rows order[t0:t1]: kind 0 = closed forms; 1 = sweeps over those rows (one
+// sample and layer) for the sinks t2..t3-1; 2 = every (row, sink) problem on its own, for the
+// sinks t2..t3-1.
+inline void run_task(const Call& c, const i64* order, i64 kind, i64 t0, i64 t1, i64 t2, i64 t3) {
+    const i64* rows = order + t0;
+    const i64 R = t1 - t0;
+    if (kind == 0) {
+        run_closed(c, rows, R);
+    } else if (kind == 1) {
+        const i64 b = c.row_b[rows[0]];
+        run_sweep_sinks(c, b, c.row_L[rows[0]], c.lengths[b], rows, R, t2, t3);
+    } else {
+        run_cold(c, rows, R, t2, t3);
+    }
+}
+
+}  // namespace maxflow

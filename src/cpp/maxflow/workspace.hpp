@@ -1,0 +1,171 @@
+// The state of one layered network: flows, residual bit sets, label sets, and its resets.
+// A line-by-line port of the former numba kernels (same float64 operations in the same order,
+// so the same values bit for bit). Build with -ffp-contract=off and without -ffast-math.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace maxflow {
+
+using i64 = std::int64_t;
+using u64 = std::uint64_t;
+
+// An arc whose residual capacity is at most this is treated as saturated; excess at most this as zero.
+constexpr double RESIDUAL_EPS = 1e-13;
+// Stop as soon as the sink holds the trivial upper bound U minus this (the value cannot exceed U).
+constexpr double STOP_TOL = 1e-12;
+
+inline u64 bit(i64 i) { return u64(1) << u64(i & 63); }
+inline i64 tz(u64 x) { return i64(__builtin_ctzll(x)); }  // lowest set bit of a nonzero word
+
+// State of one network with K node layers of n nodes (node m * n + k = layer m+1, position k;
+// layer 1 holds the sink arcs, layer K the supply). C (the capacities) has T = max(K-1, 1)
+// matrices of n x n: C[t][i, k] = capacity of the arc (t+2, i) -> (t+1, k).
+//
+// F[t, i, k]: flow on the arc (t+2, i) -> (t+1, k). Residual bit sets, W words per node:
+// down[t, i] bit k  = residual of (t+2, i) -> (t+1, k)   (downT[t, k] bit i: the same arcs)
+// up[t, k] bit i    = flow on (t+2, i) -> (t+1, k), i.e. residual of the reverse arc
+//                     (t+1, k) -> (t+2, i)                (upT[t, i] bit k: the same arcs)
+// lab[m, v]: nodes of layer m+1 with label v; cnt[v]: how many nodes have label v.
+struct Workspace {
+    i64 K, n, W, nn, T;
+    std::vector<double> F;                   // (T, n, n)
+    std::vector<u64> down, downT, up, upT;   // (T, n, W)
+    std::vector<double> e;                   // (nn,) excess
+    std::vector<double> g;                   // (n,) flow on the sink arcs of layer 1
+    std::vector<i64> d;                      // (nn,) labels
+    std::vector<u64> lab;                    // (K, nn + 2, W)
+    std::vector<i64> cnt, bhead;             // (nn + 2,) label counts, active nodes by label
+    std::vector<i64> bnext, queue;           // (nn,)
+    std::vector<u64> unseen;                 // (K, W)
+    std::vector<i64> touched;                // arcs whose flow became nonzero (cold resets)
+    std::vector<i64> lay, pos;               // node -> layer index, position
+    std::vector<double> rho;                 // (K, n) the greedy start's buffers (see greedy)
+    std::vector<i64> kids;                   // (K, n) per layer: positions by decreasing rho
+    std::vector<i64> send;                   // (n,)
+    std::vector<i64> nxt;                    // (n + 1,)
+
+    Workspace(i64 K_, i64 n_, i64 touched_cap = -1)
+        : K(K_), n(n_), W((n_ + 63) / 64), nn(K_ * n_), T(std::max<i64>(K_ - 1, 1)) {
+        F.assign(T * n * n, 0.0);
+        down.assign(T * n * W, 0);
+        downT.assign(T * n * W, 0);
+        up.assign(T * n * W, 0);
+        upT.assign(T * n * W, 0);
+        e.assign(nn, 0.0);
+        g.assign(n, 0.0);
+        d.assign(nn, 0);
+        lab.assign(K * (nn + 2) * W, 0);
+        cnt.assign(nn + 2, 0);
+        bhead.assign(nn + 2, -1);
+        bnext.assign(nn, -1);
+        queue.assign(nn, 0);
+        unseen.assign(K * W, 0);
+        touched.assign(touched_cap < 0 ? 8 * nn + 1024 : touched_cap, 0);
+        lay.resize(nn);
+        pos.resize(nn);
+        for (i64 x = 0; x < nn; ++x) {
+            lay[x] = x / n;
+            pos[x] = x - lay[x] * n;
+        }
+        rho.assign(K * n, 0.0);
+        kids.assign(K * n, 0);
+        send.assign(n, 0);
+        nxt.assign(n + 1, 0);
+    }
+    // word w of the residual bit set of node row `row` in matrix t
+    u64& down_(i64 t, i64 row, i64 w) { return down[(t * n + row) * W + w]; }
+    u64& downT_(i64 t, i64 row, i64 w) { return downT[(t * n + row) * W + w]; }
+    u64& up_(i64 t, i64 row, i64 w) { return up[(t * n + row) * W + w]; }
+    u64& upT_(i64 t, i64 row, i64 w) { return upT[(t * n + row) * W + w]; }
+    u64& lab_(i64 m, i64 v, i64 w) { return lab[(m * (nn + 2) + v) * W + w]; }
+};
+
+// Refresh the residual bits of the arc (t+2, i) -> (t+1, k) after its flow changed.
+inline void arc_bits(const double* C, Workspace& ws, i64 t, i64 i, i64 k) {
+    const i64 n = ws.n;
+    const i64 a = (t * n + i) * n + k;
+    const double f = ws.F[a];
+    const u64 bk = bit(k), bi = bit(i);
+    const i64 wk = k >> 6, wi = i >> 6;
+    if (C[a] - f > RESIDUAL_EPS) {
+        ws.down_(t, i, wk) |= bk;
+        ws.downT_(t, k, wi) |= bi;
+    } else {
+        ws.down_(t, i, wk) &= ~bk;
+        ws.downT_(t, k, wi) &= ~bi;
+    }
+    if (f > RESIDUAL_EPS) {
+        ws.up_(t, k, wi) |= bi;
+        ws.upT_(t, i, wk) |= bk;
+    } else {
+        ws.up_(t, k, wi) &= ~bi;
+        ws.upT_(t, i, wk) &= ~bk;
+    }
+}
+
+// An entry of `touched` names the arc (t+2, i) -> (t+1, k) as t << 42 | i << 21 | k (shifts, not
+// divisions: resets walk this list after every solve).
+constexpr int TOUCH_SHIFT = 21;
+constexpr i64 TOUCH_MASK = (i64(1) << TOUCH_SHIFT) - 1;
+inline i64 pack(i64 t, i64 i, i64 k) { return (t << (2 * TOUCH_SHIFT)) | (i << TOUCH_SHIFT) | k; }
+inline void unpack(i64 idx, i64& t, i64& i, i64& k) {
+    t = idx >> (2 * TOUCH_SHIFT);
+    i = (idx >> TOUCH_SHIFT) & TOUCH_MASK;
+    k = idx & TOUCH_MASK;
+}
+
+// Residual bits from the flow: of the `n_touched` listed arcs, or of every arc if negative.
+inline void sync_bits(const double* C, Workspace& ws, i64 n_touched) {
+    const i64 K = ws.K, n = ws.n;
+    if (n_touched < 0) {
+        for (i64 t = 0; t < K - 1; ++t)
+            for (i64 i = 0; i < n; ++i)
+                for (i64 k = 0; k < n; ++k) arc_bits(C, ws, t, i, k);
+    } else {
+        for (i64 q = 0; q < n_touched; ++q) {
+            i64 t, i, k;
+            unpack(ws.touched[q], t, i, k);
+            arc_bits(C, ws, t, i, k);
+        }
+    }
+}
+
+// Back to zero flow: only the `n_touched` arcs listed in `touched` (the only ones that carried
+// flow) or, if negative, every arc; with `bits`, their residual bits too.
+inline void reset(const double* C, Workspace& ws, i64 n_touched, bool bits = true) {
+    const i64 K = ws.K, n = ws.n, W = ws.W;
+    if (n_touched < 0) {
+        std::fill(ws.F.begin(), ws.F.begin() + std::max<i64>(K - 1, 0) * n * n, 0.0);
+        if (bits) {
+            for (i64 t = 0; t < K - 1; ++t) {
+                for (i64 i = 0; i < n; ++i)
+                    for (i64 w = 0; w < W; ++w) {
+                        ws.down_(t, i, w) = 0;
+                        ws.downT_(t, i, w) = 0;
+                        ws.up_(t, i, w) = 0;
+                        ws.upT_(t, i, w) = 0;
+                    }
+                for (i64 i = 0; i < n; ++i)
+                    for (i64 k = 0; k < n; ++k)
+                        if (C[(t * n + i) * n + k] > RESIDUAL_EPS) {
+                            ws.down_(t, i, k >> 6) |= bit(k);
+                            ws.downT_(t, k, i >> 6) |= bit(i);
+                        }
+            }
+        }
+    } else {
+        for (i64 q = 0; q < n_touched; ++q) {
+            i64 t, i, k;
+            unpack(ws.touched[q], t, i, k);
+            ws.F[(t * n + i) * n + k] = 0.0;
+            if (bits) arc_bits(C, ws, t, i, k);
+        }
+    }
+    for (i64 x = 0; x < K * n; ++x) ws.e[x] = 0.0;
+    for (i64 k = 0; k < n; ++k) ws.g[k] = 0.0;
+}
+
+}  // namespace maxflow

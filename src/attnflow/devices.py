@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-__all__ = ["resolve_device"]
+__all__ = ["model_device", "resolve_device"]
 
 
 def resolve_device(name: str = "auto") -> torch.device:
@@ -19,3 +21,11 @@ def resolve_device(name: str = "auto") -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {name!r} asked for, but no CUDA device is available; use auto or cpu")
     return device
+
+
+def model_device(model: Any) -> torch.device:
+    """The device of a model's first parameter (the CPU for a model without parameters)."""
+    try:
+        return next(model.parameters()).device
+    except (StopIteration, AttributeError):
+        return torch.device("cpu")

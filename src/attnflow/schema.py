@@ -3,7 +3,8 @@
 The values live in ``conf/`` (one fact in one place): every field here is ``???`` (mandatory) or
 a container, so a key missing from the YAML fails at start instead of taking a silent default.
 Plain dataclasses, so the library depends on neither Hydra nor Lightning. A field's allowed range
-sits on the field (``ranged(AT_LEAST_1)``: dataclass metadata), its allowed strings in ``CHOICES``,
+sits on the field (``ranged(AT_LEAST_1)``: dataclass metadata), its allowed strings in ``CHOICES``
+(the library's own tuples, from :mod:`attnflow.options`: ranges and choices are never restated here),
 rules across fields in ``STUDY_RULES`` / ``TASK_RULES``; :func:`problems` checks a config tree
 against all of them. ``pipelines/_config.py`` merges the composed config into the dataclasses with
 OmegaConf (an unknown key or a wrongly typed value fails at start with the key's name), merges each
@@ -22,9 +23,19 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
+from attnflow import options
 from attnflow.methods import generation_methods, study_methods
-
-MISSING: Any = "???"
+from attnflow.options import (  # the ranges and choices: one place, attnflow.options
+    AT_LEAST_0,
+    AT_LEAST_1,
+    MISSING,
+    POSITIVE,
+    UNIT,
+    Range,
+    at_least,
+    nonempty,
+    ranged,
+)
 
 __all__ = [
     "CHOICES",
@@ -41,40 +52,6 @@ __all__ = [
     "ranged",
     "value_problem",
 ]
-
-
-@dataclass(frozen=True)
-class Range:
-    """The allowed values of one config field: ``check(value)`` holds for them, ``rule`` says it in words."""
-
-    check: Callable[[Any], bool]
-    rule: str
-
-
-def at_least(n: int, why: str = "") -> Range:
-    return Range(lambda x: x >= n, f"must be >= {n}{why}")
-
-
-AT_LEAST_0 = at_least(0)
-AT_LEAST_1 = at_least(1)
-POSITIVE = Range(lambda x: x > 0, "must be > 0")
-UNIT = Range(lambda x: 0 <= x <= 1, "must lie in [0, 1]")
-DROPOUT = Range(lambda x: 0 <= x < 1, "must lie in [0, 1)")
-
-
-def nonempty(rule: str) -> Range:
-    return Range(lambda x: len(x) > 0, rule)
-
-
-def ranged(
-    allowed: Range, default: Any = MISSING, *, factory: Callable[[], Any] | None = None, each: bool = False
-) -> Any:
-    """A dataclass field whose value (each element with `each`) must satisfy `allowed`; None passes
-    (an optional field left unset)."""
-    metadata = {"range": allowed, "each": each}
-    if factory is not None:
-        return field(default_factory=factory, metadata=metadata)
-    return field(default=default, metadata=metadata)
 
 
 @dataclass
@@ -138,6 +115,7 @@ class TrainerConfig:
     log_every_n_steps: int = ranged(AT_LEAST_1)
     progress_bar: bool = MISSING
     device: str = MISSING  # capture / attribute: auto (cuda when present) | cpu | cuda | cuda:N
+    num_threads: int = ranged(AT_LEAST_1)  # torch CPU threads while training: the weights depend on it
 
 
 @dataclass
@@ -237,9 +215,25 @@ class GenerateConfig:
 
 
 @dataclass
+class PronounsConfig:
+    """``pronouns``: the paper's Figure 4 (which antecedent of a pronoun each method points to), as an
+    analogue on the packaged causal LM (attnflow.pronouns)."""
+
+    n_sentences: int = ranged(AT_LEAST_1)
+    methods: list[str] = ranged(nonempty("name at least one method"), factory=list)
+    reduce: str = MISSING  # how an antecedent of several tokens is scored: max | sum over its tokens
+    prefix: str = MISSING  # put before every sentence (the BOS token), never scored
+    ig_steps: int = ranged(AT_LEAST_1)
+    batch_size: int = ranged(AT_LEAST_1)
+    n_boot: int = ranged(AT_LEAST_0)
+    figure: list[str] = field(default_factory=list)  # the families whose first sentence the report draws
+
+
+@dataclass
 class ReportConfig:
     n_examples: int = ranged(AT_LEAST_0)
     examples: list[str] = field(default_factory=list)
+    allow_mixed_code: bool = MISSING  # pool sweep seeds run by other code than this run (named in the report)
 
 
 @dataclass
@@ -261,6 +255,7 @@ class StudyConfig:
     correlate: CorrelateConfig = field(default_factory=CorrelateConfig)
     faithfulness: FaithfulnessConfig = field(default_factory=FaithfulnessConfig)
     generate: GenerateConfig = field(default_factory=GenerateConfig)
+    pronouns: PronounsConfig = field(default_factory=PronounsConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     study: str = MISSING
@@ -272,26 +267,28 @@ class StudyConfig:
 # Task names and capture splits come from attnflow.tasks.TASKS.
 CHOICES: dict[str, tuple[str, ...]] = {
     "explain.methods": tuple(r.name for r in study_methods()),
-    "capture.dtype": ("float16", "float32"),
-    "explain.heads": ("mean", "sum", "max"),
-    "explain.cls_self": ("authors", "keep", "min", "zero"),
-    "task.*.rows": ("cls", "max", "mean"),
-    "attribution.methods": ("blank_out", "input_gradients"),
-    "attribution.blank_positions": ("all", "skip_cls"),
-    "attribution.blank_token": ("pad", "unk", "mask"),
-    "task.*.capture.select": ("first", "random"),
-    "attribution.blank_target": ("predicted", "gold"),
-    "attribution.blank_score": ("prob", "logit"),
-    "task.*.gradient_target": ("p0_minus_p1", "prob", "logit"),
-    "task.*.train.teacher": ("none", "lstm"),
-    "task.*.data.source": ("natural", "pooled"),
-    "attribution.gradient_reduction": ("abs_sum", "l2", "grad_x_input"),
-    "correlate.spearman": ("average", "dense_noties"),
-    "correlate.undefined": ("zero", "nan"),
-    "faithfulness.removal": ("delete", "pad", "unk", "mask"),
+    "capture.dtype": options.CAPTURE_DTYPES,
+    "explain.heads": options.HEAD_AGGREGATIONS,
+    "explain.cls_self": options.CLS_SELF_CHOICES,
+    "task.*.rows": options.ROW_CHOICES,
+    "attribution.methods": options.ATTRIBUTION_METHODS,
+    "attribution.blank_positions": options.BLANK_POSITIONS,
+    "attribution.blank_token": options.BLANK_TOKENS,
+    "task.*.capture.select": options.CAPTURE_SELECTIONS,
+    "attribution.blank_target": options.BLANK_TARGETS,
+    "attribution.blank_score": options.BLANK_SCORES,
+    "task.*.gradient_target": options.GRADIENT_TARGETS,
+    "task.*.train.teacher": options.TEACHERS,
+    "task.*.data.source": options.DATA_SOURCES,
+    "attribution.gradient_reduction": options.GRADIENT_REDUCTIONS,
+    "correlate.spearman": options.SPEARMAN_METHODS,
+    "correlate.undefined": options.UNDEFINED,
+    "faithfulness.removal": options.REMOVALS,
     "generate.methods": tuple(r.name for r in generation_methods()),
-    "generate.sinks": ("none", "auto", "drop", "diagonal"),
-    "generate.receptive_fields": ("none", "uniform", "column"),
+    "generate.sinks": options.SINK_CHOICES,
+    "generate.receptive_fields": options.RECEPTIVE_FIELDS,
+    "pronouns.methods": options.PRONOUN_METHODS,
+    "pronouns.reduce": options.ANTECEDENT_REDUCTIONS,
 }
 
 
@@ -392,6 +389,47 @@ def _range_problems(schema: type, tree: Any, prefix: str = "") -> Iterator[str]:
                 yield from _range_problems(typing.get_args(kind)[-1], node, f"{key}.{name}.")
 
 
+FINITE_RULE = "must be a finite number (not inf or nan)"
+
+
+def _holds_dataclasses(kind: Any) -> bool:
+    """`kind` is dict[str, <a dataclass>] (e.g. ``task``: checked field by field instead)."""
+    return typing.get_origin(kind) is dict and dataclasses.is_dataclass(typing.get_args(kind)[-1])
+
+
+def _meaning_problems(schema: type, tree: Any, prefix: str = "") -> Iterator[str]:
+    """Values that pass their type and range but mean nothing, recursively: a float that is not
+    finite (``inf`` is no timeout, ``nan`` no rate), a list that names one thing twice (a method run
+    twice, a task trained twice), a text in a list or mapping that is empty (a prompt with nothing
+    to complete)."""
+    if not isinstance(tree, dict):
+        return
+    hints = typing.get_type_hints(schema)
+    for f in dataclasses.fields(schema):
+        if f.name not in tree:
+            continue
+        key, value, kind = f"{prefix}{f.name}", tree[f.name], hints[f.name]
+        if isinstance(value, float) and not math.isfinite(value):
+            yield f"{key}={value!r}: {FINITE_RULE}"
+        elif isinstance(value, list):
+            scalars = [v for v in value if isinstance(v, (str, int, float))]
+            if any(isinstance(v, float) and not math.isfinite(v) for v in scalars):
+                yield f"{key}={value!r}: each {FINITE_RULE}"
+            if any(isinstance(v, str) and not v.strip() for v in scalars):
+                yield f"{key}={value!r}: holds an empty text"
+            if twice := [v for i, v in enumerate(scalars) if v in scalars[:i]]:
+                yield f"{key}={value!r}: names {twice[0]!r} twice; each may appear once"
+        elif isinstance(value, dict) and not _holds_dataclasses(kind):
+            for name, v in value.items():
+                if isinstance(v, str) and not v.strip():
+                    yield f"{key}.{name}={v!r}: empty (only whitespace); give it text"
+        if dataclasses.is_dataclass(kind):
+            yield from _meaning_problems(kind, value, f"{key}.")
+        elif _holds_dataclasses(kind):
+            for name, node in (value or {}).items():
+                yield from _meaning_problems(typing.get_args(kind)[-1], node, f"{key}.{name}.")
+
+
 def problems(study: dict) -> list[str]:
     """Every rule of the schema that the study config tree `study` (merged, as plain containers)
     breaks: choices, ranges (also of each task's data / model block, typed by its TaskSpec) and
@@ -404,6 +442,11 @@ def problems(study: dict) -> list[str]:
         if name in TASKS:
             for block, schema in (("data", TASKS[name].data_config), ("model", TASKS[name].model_config)):
                 found += _range_problems(schema, task[block], f"task.{name}.{block}.")
+    found += _meaning_problems(StudyConfig, study)  # duplicates, non-finite floats, empty texts
+    for name, task in study["task"].items():
+        if name in TASKS:
+            for block, schema in (("data", TASKS[name].data_config), ("model", TASKS[name].model_config)):
+                found += _meaning_problems(schema, task[block], f"task.{name}.{block}.")
     found += [p for rule in STUDY_RULES if (p := rule(study))]
     found += [
         f"task.{name}.{p}" for name, task in study["task"].items() for rule in TASK_RULES if (p := rule(task))
@@ -419,6 +462,8 @@ def value_problem(key: str, value: Any) -> str | None:
     for part in parents:
         schema = typing.get_type_hints(schema)[part]
     f = {f.name: f for f in dataclasses.fields(schema)}[name]
+    if isinstance(value, float) and not math.isfinite(value):
+        return FINITE_RULE
     allowed = f.metadata.get("range")
     if allowed is not None and not allowed.check(value):
         return allowed.rule

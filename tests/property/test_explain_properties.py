@@ -13,6 +13,7 @@ from attnflow.explain import (
     head_flow,
     head_rollout,
 )
+from attnflow.methods import METHODS, ROW_SUM_LAWS
 
 CLOSE = 1e-9  # float64 agreement between two routes to the same numbers
 
@@ -104,3 +105,29 @@ def test_identical_heads_make_per_head_results_equal_the_all_heads_ones(batch, r
     np.testing.assert_allclose(
         head_flow(same, residual=residual, sources=[0]), np.repeat(flow[:, None], 3, 1), atol=CLOSE
     )
+
+
+ATTENTION_RECORDS = sorted(r.name for r in METHODS.values() if r.kind == "attention")
+
+
+@FAST
+@given(padded_batches(), RESIDUALS, st.sampled_from(ATTENTION_RECORDS))
+def test_every_record_keeps_its_row_sum_law_on_padded_batches(batch, residual, name):
+    # the law is the record's (attnflow.methods: row_sums); a record without one fails here
+    w, lengths = batch
+    rng = np.random.default_rng(0)
+    extras = {
+        k: rng.standard_normal(w.shape) * (w if k == "attn_relevance" else 1.0)
+        for k in EXPLAINER_INPUTS[name]
+    }
+    law = METHODS[name].row_sums
+    assert law in ROW_SUM_LAWS, f"{name} states no row-sum law"
+    out = EXPLAINERS[name](w, residual=residual, lengths=lengths, **extras)
+    for b, n in enumerate(lengths):
+        sums = out[b, :, :n, :n].sum(-1)  # (L, n) over real rows and keys
+        if law == "one":
+            np.testing.assert_allclose(sums, 1.0, atol=CLOSE)
+        elif law == "identity_plus_nonnegative":
+            assert np.all(out[b, :, :n, :n] - np.eye(n) >= -CLOSE) and np.all(sums >= 1.0 - CLOSE)
+        else:
+            assert np.all(out[b] >= 0)

@@ -53,12 +53,16 @@ def test_the_record_makes_it_a_method_of_the_library_and_both_cli_verbs(tmp_path
 
     from attnflow.cli import main
     from attnflow.cli.generate import GENERATE_METHODS
-    from attnflow.method_inputs import EXPLAINER_INPUTS, method_rows
+    from attnflow.explain.apply import RowSpec
+    from attnflow.method_inputs import EXPLAINER_INPUTS
     from tests._tiny import make_tiny_bert
 
     record = METHODS["grad_sam"]
     assert EXPLAINERS["grad_sam"] is grad_sam_map and EXPLAINER_INPUTS["grad_sam"] == ("attn_grad",)
-    assert method_rows("grad_sam", "max") == "cls" and record.study and "grad_sam" in GENERATE_METHODS
+    assert (
+        RowSpec("max", task=True).for_record(record).rows == "cls"
+    )  # the classification row, whatever the task's
+    assert record.study and "grad_sam" in GENERATE_METHODS
     model = make_tiny_bert(tmp_path / "bert")
     code = main(["explain", "--model", str(model), "--text", "good movie", "--method", "rollout,grad_sam",
                  "--quiet", "--device", "cpu", "--out", str(tmp_path / "out"), "--format", "json"])  # fmt: skip

@@ -13,7 +13,7 @@ import pytest
 import torch
 import transformers as t
 
-from attnflow.hf import AttentionUnavailableError, _explain_batch, explain_text, explain_texts
+from attnflow.hf import AttentionUnavailableError, explain_batch, explain_text, explain_texts
 
 WORDS = ["<pad>", "<unk>", "<cls>", "the", "movie", "was", "very", "good", "bad", "not", "<mask>"]
 TEXTS = ["<cls> the movie was very good", "<cls> not bad", "<cls> the movie was bad"]
@@ -94,7 +94,7 @@ def test_left_padding_gives_the_maps_of_right_padding(arch):
         enc = dict(_tokenizer(side)(TEXTS, padding=True, return_tensors="pt"))
         # positions count real tokens only (the model's default counts the left padding too)
         enc["position_ids"] = (enc["attention_mask"].cumsum(-1) - 1).clamp(min=0)
-        _, per_sample = _explain_batch(
+        _, per_sample = explain_batch(
             model, enc, methods=["raw", "rollout"], layer=-1, rows="auto", residual=0.5, heads="mean",
             target="predicted", extra_inputs=None,
         )  # fmt: skip

@@ -7,12 +7,13 @@ block, ``attnlrp`` runs the pass and returns an ``AttnLRPResult``. See docs/meth
 """
 
 from .api import AttnLRPResult, attnlrp, attnlrp_batch
-from .patch import ARCHITECTURES, SUPPORTED, attnlrp_rules
+from .patch import ARCHITECTURES, SUPPORTED, Architecture, attnlrp_rules, register_architecture
 from .rules import epsilon_rule, identity_rule, layer_norm_identity, rms_norm_identity, scale_gradient
 
 __all__ = [
     "ARCHITECTURES",
     "SUPPORTED",
+    "Architecture",
     "AttnLRPResult",
     "attnlrp",
     "attnlrp_batch",
@@ -20,6 +21,7 @@ __all__ = [
     "epsilon_rule",
     "identity_rule",
     "layer_norm_identity",
+    "register_architecture",
     "rms_norm_identity",
     "scale_gradient",
 ]

@@ -12,7 +12,7 @@ on an attention row: it explains the output (the classifier's pooled token, the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,7 @@ import torch
 
 from .api import AttnLRPResult, attnlrp, attnlrp_batch, pools_last_token
 
-__all__ = ["METHOD", "attnlrp_map", "attnlrp_maps", "generation_maps"]
+__all__ = ["METHOD", "attnlrp_map", "attnlrp_maps", "context_maps", "generation_maps"]
 
 METHOD = "attnlrp"
 
@@ -87,6 +87,27 @@ def attnlrp_maps(
     return maps
 
 
+def context_maps(ctx: Any, valid: np.ndarray, positions: torch.Tensor | None) -> list[np.ndarray]:
+    """AttnLRP maps (L, T_b) per sample of one forward of `attnflow.hf` (`ctx`: its InputContext:
+    model, inputs, the bridge's output and target), for the class / token the forward explained."""
+    from attnflow.bridge.eager import eager_attention
+
+    ids = ctx.inputs.get("input_ids") if isinstance(ctx.inputs, Mapping) else None
+    if not isinstance(ids, torch.Tensor):
+        raise ValueError("attnlrp explains token inputs (input_ids); images are not supported")
+    targets = ctx.out.target  # the class / token the gradient pass explained
+    if targets is None:
+        raise ValueError(
+            "attnlrp explains a class or token id: pass target as 'predicted' or ids, not a callable"
+        )
+    with eager_attention(ctx.model):
+        return attnlrp_maps(
+            ctx.model, ids, valid, targets=[int(t) for t in targets],
+            positions=None if ctx.out.positions is None else ctx.out.positions.tolist(),
+            token_type_ids=ctx.inputs.get("token_type_ids"),
+        )  # fmt: skip
+
+
 def generation_maps(model: Any, run: Any, *, chunk: int = 8) -> np.ndarray:
     """(n, L, T) AttnLRP maps of each generated token's logit (`run`: attnflow.generate's prompt_ids,
     generated_ids and attn), zero beyond the explained row: map[t, k] = relevance after the top
@@ -96,9 +117,10 @@ def generation_maps(model: Any, run: Any, *, chunk: int = 8) -> np.ndarray:
     sequence gives the full sequence's row) are right-padded batches of `chunk` tokens' prefixes:
     one forward and one backward per chunk (`attnlrp_batch`).
     """
-    from attnflow.hf import _model_device, eager_attention
+    from attnflow.bridge.eager import eager_attention
+    from attnflow.devices import model_device
 
-    device = _model_device(model)
+    device = model_device(model)
     seq = run.prompt_ids + run.generated_ids[:-1]
     p, n = len(run.prompt_ids), len(run.generated_ids)
     out = np.zeros((n, run.attn.shape[0], len(seq)))

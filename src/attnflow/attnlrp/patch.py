@@ -30,7 +30,15 @@ from torch import Tensor, nn
 
 from .rules import epsilon_rule, identity_rule, layer_norm_identity, rms_norm_identity, scale_gradient
 
-__all__ = ["ARCHITECTURES", "SUPPORTED", "Architecture", "Recording", "architecture", "attnlrp_rules"]
+__all__ = [
+    "ARCHITECTURES",
+    "SUPPORTED",
+    "Architecture",
+    "Recording",
+    "architecture",
+    "attnlrp_rules",
+    "register_architecture",
+]
 
 Q_K_FACTOR = 0.25  # uniform rule on q·kᵀ (1/2) times the A share of the uniform rule on A·V (1/2)
 V_FACTOR = 0.5  # uniform rule on A·V
@@ -67,7 +75,18 @@ ARCHITECTURES: dict[str, Architecture] = {
     "LlamaForCausalLM": _LLAMA,
     "LlamaForSequenceClassification": replace(_LLAMA, head="classifier"),
 }
+# The built-in classes (ARCHITECTURES holds any registered since).
 SUPPORTED = tuple(ARCHITECTURES)
+
+
+def register_architecture(class_name: str, parts: Architecture) -> None:
+    """Add (or replace) a transformers model class AttnLRP explains: where its parts are. Check
+    first that every module of its layers is covered by the rules (a gated MLP, a norm or an
+    activation they do not know would silently get plain gradients). See docs/develop/add-a-method.md."""
+    if not isinstance(parts, Architecture):
+        raise ValueError(f"register_architecture({class_name!r}, ...) takes an attnflow.attnlrp.Architecture")
+    ARCHITECTURES[class_name] = parts
+
 
 _ACTIVATIONS = {"GELUActivation", "NewGELUActivation", "GELU", "SiLUActivation", "SiLU", "Tanh", "ReLU"}
 _GATED_MLPS = {"LlamaMLP"}
@@ -77,7 +96,10 @@ def architecture(model: nn.Module) -> Architecture:
     """The model's ``Architecture``; refuses (one line) an unsupported class or non-eager attention."""
     name = type(model).__name__
     if name not in ARCHITECTURES:
-        raise TypeError(f"attnlrp has no rules for {name}; supported: {', '.join(SUPPORTED)}")
+        raise TypeError(
+            f"attnlrp has no rules for {name}; supported: {', '.join(ARCHITECTURES)}. Add a class with "
+            "attnflow.attnlrp.register_architecture(name, Architecture(...)) (docs/develop/add-a-method.md)"
+        )
     impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
     if impl != "eager":
         raise ValueError(

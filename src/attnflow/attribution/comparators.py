@@ -8,7 +8,7 @@ Per sample, one score per token (T_i,) of the predicted class's logit z_c:
 
 e are the word embeddings; the IG baseline e' replaces every token but the kept positions (CLS,
 SEP / EOS) by padding. AttnLRP has rules for the Hugging Face classes of
-``attnflow.attnlrp.SUPPORTED``; for any other model (the agreement encoder) it is skipped with
+``attnflow.attnlrp.ARCHITECTURES``; for any other model (the agreement encoder) it is skipped with
 the reason. ``method_costs`` times every method of the table on the same sentences, in seconds per
 sentence and as a multiple of one gradient (``input_x_gradient``).
 """
@@ -89,11 +89,11 @@ _SCORERS: dict[str, Callable[..., torch.Tensor]] = {
 def unavailable(model: Any, name: str) -> str | None:
     """Why `name` cannot run on `model`, or None when it can."""
     if name == "attnlrp":
-        from attnflow.attnlrp import SUPPORTED
+        from attnflow.attnlrp import ARCHITECTURES  # the built-in classes and any registered
 
         hf = getattr(model, "hf", model)
-        if type(hf).__name__ not in SUPPORTED:
-            return f"no AttnLRP rules for {type(hf).__name__} (supported: {', '.join(SUPPORTED)})"
+        if type(hf).__name__ not in ARCHITECTURES:
+            return f"no AttnLRP rules for {type(hf).__name__} (supported: {', '.join(ARCHITECTURES)})"
     if name == "integrated_gradients":
         from importlib.util import find_spec
 
@@ -174,28 +174,28 @@ def cost_steps(
     needs, and the explainer on every sample's rows, as the study computes it) and per importance
     score (blank-out, input gradients: the attribute stage's call with its options)."""
     from attnflow.bridge import forward
-    from attnflow.explain import EXPLAINERS
-    from attnflow.method_inputs import EXPLAINER_INPUTS, method_rows
+    from attnflow.explain.apply import RowSpec, apply
+    from attnflow.methods import METHODS
 
     from .samples import attribute_samples
 
     rows = [np.asarray(r) for r in input_ids]
+    spec = RowSpec(task_rows, task=True)  # the task's rows; class-specific methods read CLS
 
-    def attention_step(method: str) -> None:
-        needs = EXPLAINER_INPUTS[method]
-        row = method_rows(method, task_rows)
+    def attention_step(method: str) -> list[np.ndarray]:
+        record = METHODS[method]
+        maps: list[np.ndarray] = []
         for idx in length_batches([len(r) for r in rows], batch_size):
             ids, mask = pad_batch([rows[i] for i in idx], pad_id)
             batch = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
-            got = forward(model, batch, ("attentions", *needs))  # the class-specific inputs: predicted class
-            att, extra = (
-                got.attentions.float().cpu().numpy(),
-                {k: got.need(k).float().cpu().numpy() for k in needs},
-            )
-            for r, i in enumerate(idx):
-                t = len(rows[i])
-                kwargs = {k: extra[k][r, :, :, :t, :t] for k in needs}
-                EXPLAINERS[method](att[r, :, :, :t, :t], rows=[0] if row == "cls" else None, **kwargs)
+            got = forward(
+                model, batch, ("attentions", *record.needs)
+            )  # the class-specific inputs: predicted class
+            att = got.attentions.float().cpu().numpy()
+            extra = {k: got.need(k).float().cpu().numpy() for k in record.needs}
+            per_sample = apply([record], att, extra, spec, valid=mask.bool().cpu().numpy(), batched=False)
+            maps += [sample[method] for sample in per_sample]  # (L, T_i), in batch order
+        return maps
 
     steps: dict[str, Callable[[], Any]] = {m: (lambda m=m: attention_step(m)) for m in methods}
     for name, options in importance_options.items():

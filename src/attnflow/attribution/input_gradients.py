@@ -7,12 +7,12 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from attnflow.options import GRADIENT_REDUCTIONS as REDUCTIONS
+from attnflow.options import GRADIENT_TARGETS as TARGETS
+
 from ._model import TargetClass, _check_batch, _eval_mode, _logits, _target_classes
 
 __all__ = ["REDUCTIONS", "TARGETS", "input_gradients"]
-
-TARGETS = ("p0_minus_p1", "prob", "logit")
-REDUCTIONS = ("abs_sum", "l2", "grad_x_input")
 
 
 def input_gradients(

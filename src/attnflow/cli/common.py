@@ -10,19 +10,29 @@ import argparse
 import os
 from typing import Any
 
+from attnflow.options import HF_ROW_CHOICES as ROW_CHOICES
+
 FORMATS = ("png", "html", "json", "safetensors")
 DEFAULT_FORMATS = "png,html"
 # Above this many inputs the default skips PNGs (one figure per input, ~0.3-0.7 s each) for JSON.
 PNG_INPUTS = 50
 MANY_FORMATS = "html,json"
 DEFAULT_METHODS = "raw,rollout,flow"
-ROW_CHOICES = ("auto", "cls", "last", "max", "mean")
 # With more inputs than this, PNGs are still one per input but the terminal tables are off by default.
 TABLE_INPUTS = 10
 
 
 class CLIError(Exception):
     """A problem with the user's input: printed as one line, exit code 2, no traceback."""
+
+    code = 2
+
+
+class OutputError(CLIError):
+    """An output that could not be made while every other one was (a figure that cannot be drawn, a
+    page its writer refuses): one line naming it, exit code 1."""
+
+    code = 1
 
 
 def resolve_device(name: str) -> str:

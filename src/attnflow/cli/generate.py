@@ -3,18 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import math
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from attnflow.cli import common
-from attnflow.cli.inputs import check_encoding, check_out, read_inputs, write_data, write_outputs
+from attnflow.cli.inputs import (
+    check_encoding,
+    check_out,
+    made,
+    read_inputs,
+    said_written,
+    terminal_text,
+    write_data,
+    write_outputs,
+)
+from attnflow.cli.stdout import say
 from attnflow.methods import generation_methods
+from attnflow.options import GENERATION_OVER, SINK_CHOICES
+from attnflow.options import RECEPTIVE_FIELDS as RECEPTIVE_FIELD_CHOICES
 from attnflow.schema import value_problem
 
 GENERATE_METHODS = tuple(r.name for r in generation_methods())  # the method records (attnflow.methods)
 GENERATED_ROWS_PER_PAGE = 40  # rows of one generation PNG page (keeps it under viz.MAX_PNG_PIXELS)
-SINK_CHOICES = ("auto", "none", "drop", "diagonal")
-RECEPTIVE_FIELD_CHOICES = ("none", "uniform", "column")
 
 
 def _add_generate(sub: Any) -> None:
@@ -54,7 +66,7 @@ def _add_generate(sub: Any) -> None:
     )
     p.add_argument(
         "--over",
-        choices=("prompt", "all"),
+        choices=GENERATION_OVER,
         default="prompt",
         help="columns: the prompt or every earlier token",
     )
@@ -84,9 +96,11 @@ def _add_generate(sub: Any) -> None:
     )
     p.add_argument(
         "--scale",
-        choices=("panel", "row"),
-        default="row",
-        help="PNG shading: one 0..max scale per method, or relative to each row's largest score",
+        choices=("uniform", "panel", "row"),
+        default="uniform",
+        help="PNG shading: each token's share against the uniform share 1/n (white at or below it; "
+        "the rule of every attnflow picture), one 0..max scale per method, or relative to each row's "
+        "largest score",
     )
     p.add_argument(
         "--cache-dir", help="where 'smollm2' is converted on first use (default: ~/.cache/attnflow)"
@@ -108,15 +122,25 @@ def _parse_ks(text: str | None) -> list[int]:
     return ks
 
 
+# What each sampling option means, as (check, rule): a value outside is refused before the model loads.
+SAMPLING_RULES = {
+    "temperature": (lambda x: math.isfinite(x) and x > 0, "a finite number > 0"),
+    "top_k": (lambda x: x >= 1, "a whole number >= 1"),
+    "top_p": (lambda x: 0 < x <= 1, "a probability in (0, 1]"),
+}
+
+
 def _generate_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"do_sample": bool(args.sample)}
     for key in ("temperature", "top_k", "top_p"):
         value = getattr(args, key)
         if value is not None:
+            option = f"--{key.replace('_', '-')}"
             if not args.sample:
-                raise common.CLIError(
-                    f"--{key.replace('_', '-')} needs --sample (greedy decoding ignores it)"
-                )
+                raise common.CLIError(f"{option} needs --sample (greedy decoding ignores it)")
+            check, rule = SAMPLING_RULES[key]
+            if not check(value):
+                raise common.CLIError(f"{option} {value}: must be {rule}")
             kwargs[key] = value
     return kwargs
 
@@ -210,28 +234,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if explanations:  # one model: one layer count
         layer = common.layer_index(layer, explanations[0].num_layers)
 
-    if not args.quiet:
-        for i, (e, check) in enumerate(zip(explanations, checks, strict=True)):
-            t = args.token % e.n_generated
-            head = f"[{i + 1}] " if len(explanations) > 1 else ""
-            sinks = e.options["sink_keys"] if e.options["sink_mode"] != "none" else "off"
-            title = (
-                f"{head}{e.prompt!r} -> {e.completion!r}\n"
-                f"generated token {t}: {e.generated_tokens[t]!r} (row {e.rows[t]}) · {_layer_text(layer, e.num_layers)}"
-                f" · sinks {e.options['sinks']} {sinks} · receptive field {e.options['receptive_field']}"
-            )
-            scores = {m: e.scores(m, t, layer) for m in methods}
-            print(token_table(e.columns, scores, title=title, muted=e.special_columns))
-            share = ", ".join(f"{m} {float(e.first_token_share[m].mean()):.3f}" for m in methods)
-            print(f"first-token share (last layer, mean over generated tokens): {share}")
-            if check is not None:
-                summary = check.summary()
-                for k in sorted({r["k"] for r in check.records}):
-                    cells = ", ".join(
-                        f"{m} {summary[m][k]:+.3f}" for m in [*methods, "random"] if m in summary
-                    )
-                    print(f"log-prob drop, {k} prompt token(s) deleted (mean over generated tokens): {cells}")
-            print()
+    failed: list[str] = []  # outputs that could not be made (the others still are)
 
     def write(out: Path, label: str) -> list[Path]:
         written: list[Path] = []
@@ -243,27 +246,25 @@ def cmd_generate(args: argparse.Namespace) -> int:
             opts = f"sinks {e.options['sinks']} · receptive field {e.options['receptive_field']}"
             sub = f"{label} · {_layer_text(layer, e.num_layers)} · {opts}"
             columns = "prompt token" if e.options["over"] == "prompt" else "token"
-            if "png" in formats:
+            if "png" in formats:  # an output that cannot be made is named at the end, the rest written
                 pages = page_slices(len(rows), GENERATED_ROWS_PER_PAGE)
                 for k, page in enumerate(pages):
                     part = f" · generated tokens {page.start}-{page.stop - 1}" if len(pages) > 1 else ""
-                    written.append(
-                        write_png(
-                            out / (f"{stem}.png" if len(pages) == 1 else f"{stem}_page{k + 1}.png"),
-                            {m: e.matrix(m, layer)[page] for m in methods}, columns=e.columns, rows=rows[page],
-                            row_name="generated token", column_name=columns,
-                            scale=args.scale, muted_columns=e.special_columns,
-                            title=f"“{shorten(e.prompt)}” → “{shorten(e.completion, 60)}”\n{sub}{part}",
-                        )
-                    )  # fmt: skip
-                written.append(
-                    write_png(
-                        out / f"{stem}_token{t}.png", {m: e.maps[m][t].T for m in methods}, columns=e.columns,
-                        rows=layer_labels(e.num_layers), row_name="layer", column_name=columns, scale=args.scale,
-                        muted_columns=e.special_columns,
-                        title=f"“{shorten(e.prompt)}” → {e.generated_tokens[t]!r} (generated token {t})\n{label} · {opts}",
-                    )
-                )  # fmt: skip
+                    path = out / (f"{stem}.png" if len(pages) == 1 else f"{stem}_page{k + 1}.png")
+                    written += made(path, partial(
+                        write_png, path,
+                        {m: e.matrix(m, layer)[page] for m in methods}, columns=e.columns, rows=rows[page],
+                        row_name="generated token", column_name=columns,
+                        scale=args.scale, muted_columns=e.special_columns,
+                        title=f"“{shorten(e.prompt)}” → “{shorten(e.completion, 60)}”\n{sub}{part}",
+                    ), failed)  # fmt: skip
+                path = out / f"{stem}_token{t}.png"
+                written += made(path, partial(
+                    write_png, path, {m: e.maps[m][t].T for m in methods}, columns=e.columns,
+                    rows=layer_labels(e.num_layers), row_name="layer", column_name=columns, scale=args.scale,
+                    muted_columns=e.special_columns,
+                    title=f"“{shorten(e.prompt)}” → {e.generated_tokens[t]!r} (generated token {t})\n{label} · {opts}",
+                ), failed)  # fmt: skip
         if "html" in formats:
             items = [
                 {
@@ -278,14 +279,34 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 }
                 for e in explanations
             ]
-            written.append(
-                write_html(
-                    out / "generate.html",
-                    items,
-                    title=f"attnflow generate · {label}",
-                    row_name="generated token",
-                )
+            page = out / "generate.html"
+            html = partial(
+                write_html, page, items, title=f"attnflow generate · {label}", row_name="generated token"
             )
-        return written + write_data(save_generations, explanations, out, "generate", formats)
+            written += made(page, html, failed)
+        return written + write_data(save_generations, explanations, out, "generate", formats, failed)
 
-    return write_outputs(args, write)
+    written = write_outputs(args, write)  # files first: no reader of the tables can cost one
+    if not args.quiet:
+        for i, (e, check) in enumerate(zip(explanations, checks, strict=True)):
+            t = args.token % e.n_generated
+            head = f"[{i + 1}] " if len(explanations) > 1 else ""
+            sinks = e.options["sink_keys"] if e.options["sink_mode"] != "none" else "off"
+            title = (
+                f"{head}{e.prompt!r} -> {e.completion!r}\n"
+                f"generated token {t}: {e.generated_tokens[t]!r} (row {e.rows[t]}) · {_layer_text(layer, e.num_layers)}"
+                f" · sinks {e.options['sinks']} {terminal_text(str(sinks))} · receptive field {e.options['receptive_field']}"
+            )
+            scores = {m: e.scores(m, t, layer) for m in methods}
+            say(token_table(e.columns, scores, title=title, muted=e.special_columns))
+            share = ", ".join(f"{m} {float(e.first_token_share[m].mean()):.3f}" for m in methods)
+            say(f"first-token share (last layer, mean over generated tokens): {share}")
+            if check is not None:
+                summary = check.summary()
+                for k in sorted({r["k"] for r in check.records}):
+                    cells = ", ".join(
+                        f"{m} {summary[m][k]:+.3f}" for m in [*methods, "random"] if m in summary
+                    )
+                    say(f"log-prob drop, {k} prompt token(s) deleted (mean over generated tokens): {cells}")
+            say()
+    return said_written(written, quiet=args.quiet, failed=failed, out=args.out)

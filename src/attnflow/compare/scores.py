@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.explain import EXPLAINER_INPUTS, EXPLAINERS, select_rows
+from attnflow.explain import EXPLAINER_INPUTS
 from attnflow.methods import METHODS as RECORDS
 
 __all__ = ["METHODS", "logits_forward", "token_attributions"]
@@ -131,7 +131,8 @@ def _attention_scores(
     target: Any,
 ) -> torch.Tensor:
     from attnflow.bridge import forward
-    from attnflow.hf import _is_causal, _row_position
+    from attnflow.explain.apply import RowSpec, apply
+    from attnflow.hf import is_causal_model
 
     batch = {"input_ids": ids, "attention_mask": mask}
     if types is not None:
@@ -140,7 +141,7 @@ def _attention_scores(
     out = forward(model, batch, ("attentions", *needs), target=_hf_target(target) if needs else None)
     extra = {name: _float64(out.need(name)) for name in needs}  # each (B, L, H, T, T)
     attn = _float64(out.attentions, distributions=True)  # (B, L, H, T, T)
-    bsz, num_layers = attn.shape[:2]
+    num_layers = attn.shape[1]
     if (
         isinstance(layer, bool)
         or not isinstance(layer, int | np.integer)
@@ -148,18 +149,13 @@ def _attention_scores(
     ):
         raise ValueError(f"layer must be in [-{num_layers}, {num_layers - 1}], got {layer!r}")
     valid = mask.bool().cpu().numpy()  # (B, T)
-    causal = _is_causal(model)
     scores = torch.zeros(ids.shape, dtype=torch.float64)
-    fn = EXPLAINERS[method]
-    for b in range(bsz):  # one sample at a time, on its real tokens (as explain_texts' per-sample path)
-        idx = np.flatnonzero(valid[b])
-        row = _row_position(rows, len(idx), causal)
-        kwargs = {k: v[b][:, :, idx][:, :, :, idx] for k, v in extra.items()}  # (L, H, T_b, T_b)
-        m = fn(attn[b][:, :, idx][:, :, :, idx], residual=residual, heads=heads,
-               rows=None if isinstance(row, str) else [row], **kwargs)  # fmt: skip
-        m = np.asarray(m, dtype=np.float64)  # (L, rows, T_b)
-        m = select_rows(m, row) if isinstance(row, str) else m[:, 0, :]  # (L, T_b)
-        scores[b, torch.from_numpy(idx)] = torch.from_numpy(m[layer])
+    spec = RowSpec(rows, causal=is_causal_model(model))
+    # one sample at a time, on its real tokens (as explain_texts' per-sample path)
+    per_sample = apply([RECORDS[method]], attn, extra, spec, residual=residual, heads=heads, valid=valid,
+                       batched=False)  # fmt: skip
+    for b, maps in enumerate(per_sample):
+        scores[b, torch.from_numpy(np.flatnonzero(valid[b]))] = torch.from_numpy(maps[method][layer])
     return scores
 
 
@@ -168,7 +164,7 @@ def _model_scores(
 ) -> torch.Tensor:
     """A model-level method's token scores: the last row of its [layer, token] map (for AttnLRP,
     the relevance of the word embeddings), one sample at a time on its real tokens."""
-    from attnflow.hf import _explain_batch
+    from attnflow.hf import explain_batch
 
     targets = _per_sample(target, ids.shape[0])
     scores = torch.zeros(ids.shape, dtype=torch.float64)
@@ -177,7 +173,7 @@ def _model_scores(
         inputs = {"input_ids": ids[b][keep][None], "attention_mask": torch.ones_like(ids[b][keep])[None]}
         if types is not None:
             inputs["token_type_ids"] = types[b][keep][None]
-        _, (res,) = _explain_batch(model, inputs, methods=[method], layer=-1, rows="auto", residual=0.5, heads="mean",
+        _, (res,) = explain_batch(model, inputs, methods=[method], layer=-1, rows="auto", residual=0.5, heads="mean",
                                    target="predicted" if t is None else [t], extra_inputs=None)  # fmt: skip
         scores[b, keep.cpu()] = torch.from_numpy(res["maps"][method][-1])
     return scores

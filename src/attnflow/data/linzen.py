@@ -39,6 +39,7 @@ import pandas as pd
 from attnflow.data._lines import DataFormatError, length_stats, read_fields, require_rows
 from attnflow.data.vocab import Vocab
 from attnflow.io import write_json, write_parquet
+from attnflow.options import DATA_SOURCES as SOURCES
 
 __all__ = [
     "LABELS",
@@ -53,7 +54,6 @@ __all__ = [
 ]
 
 LABELS = {"VBZ": 0, "VBP": 1}
-SOURCES = ("natural", "pooled")
 SUBDIR = Path("rnn_agr_simple")
 WIKI = Path("edinburgh_nlu_wiki")
 FULL_TSV = "agr_50_mostcommon_10K.tsv"

@@ -23,24 +23,57 @@ rule, LRP's relevance of each attention map), shaped like attn: see `attnflow.lr
 [0.6667, 0.3333]
 """
 
-from typing import Any
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from . import causal
 from .causal import *  # noqa: F403  (sinks of causal attention and their choices: causal.__all__)
-from .flow import attention_flow
-from .heads import head_flow, head_rollout
 from .raw import raw_attention
-from .receptive_field import (
-    causal_flow,
-    causal_rollout,
-    normalize_receptive_field,
-    uniform_attention,
-    uniform_baseline,
-)
-from .registry import EXPLAINER_INPUTS, EXPLAINERS, Explainer
 from .relevance import CLS_SELF, chefer_generic, chefer_lrp
 from .rollout import attention_rollout
 from .rows import select_rows
+
+if TYPE_CHECKING:  # the lazy names below, for type checkers and linters
+    from .flow import attention_flow
+    from .heads import head_flow, head_rollout
+    from .receptive_field import (
+        causal_flow,
+        causal_rollout,
+        normalize_receptive_field,
+        uniform_attention,
+        uniform_baseline,
+    )
+    from .registry import EXPLAINER_INPUTS, EXPLAINERS, Explainer
+
+# Imported on first use: the flow solver (its compiled kernels) and the method registry. Light imports of this
+# package (the method kit, `attnflow.explain.kit`, which the method records import) stay light, and
+# the records (attnflow.methods) can import the kit while the registry reads the records.
+_LAZY = {
+    "attention_flow": "flow",
+    "head_flow": "heads",
+    "head_rollout": "heads",
+    "causal_flow": "receptive_field",
+    "causal_rollout": "receptive_field",
+    "normalize_receptive_field": "receptive_field",
+    "uniform_attention": "receptive_field",
+    "uniform_baseline": "receptive_field",
+    "EXPLAINERS": "registry",
+    "EXPLAINER_INPUTS": "registry",
+    "Explainer": "registry",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 # The axis order of every attention input (a 4-d input is one sample, without "batch").
 AXES = ("batch", "layer", "head", "query", "key")

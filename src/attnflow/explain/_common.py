@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from attnflow.options import HEAD_AGGREGATIONS
+
 # A valid attention row (over the valid keys) must sum to 1 within the tolerance of the dtype the
 # weights come in, unless renormalize=True. float32 softmax rows are off by ~1e-6 (1e-3 leaves room
 # for weights saved or averaged elsewhere). Rounding each weight of an exact softmax to a p-bit
@@ -27,8 +29,6 @@ ROW_SUM_TOLS = {
     "float16": 4e-3,
     "bfloat16": 1.6e-2,
 }
-
-HEAD_AGGREGATIONS = ("mean", "sum", "max")
 
 
 def is_torch(x: Any) -> bool:

@@ -54,6 +54,8 @@ from typing import Any
 
 import numpy as np
 
+from attnflow.options import RECEPTIVE_FIELDS, SINK_CHOICES, SINK_MODES, SINK_SCOPES
+
 from ._common import (
     as_numpy,
     check_positions,
@@ -72,14 +74,13 @@ __all__ = [
     "find_sinks",
     "is_causal",
     "remove_sinks",
+    "sink_key_mask",
     "sink_mode",
     "sink_scores",
 ]
 
-# How attention on sink keys is handled.
-SINK_MODES = ("none", "drop", "diagonal")
-# What a caller may pass as `sinks`: a mode, or "auto" = the recommended mode (AUTO_SINK_MODE).
-SINK_CHOICES = ("auto", *SINK_MODES)
+# SINK_MODES (how attention on sink keys is handled) and SINK_CHOICES (what a caller may pass as
+# `sinks`: a mode, or "auto" = the recommended mode AUTO_SINK_MODE) live in attnflow.options.
 # On SmolLM2-135M (4 prompts, 50 generated tokens), deleting the prompt tokens ranked first by
 # Chefer's rule cost log p 1.49 / 1.89 nats (top-1 / top-3) with "diagonal", 0.77 / 1.58 with "drop",
 # 0.02 / 1.59 with none (random: 0.14 / 0.69); raw attention: 1.12 / 1.40 vs 1.19 / 1.60.
@@ -91,8 +92,6 @@ SINK_MIN_ROWS = 4
 # scope="position": a key that is a sink of at least this share of all (layer, head) pairs is a
 # sink of every head (token 0 of SmolLM2-135M: 0.55-0.80 of the heads; the next key: < 0.1).
 SINK_HEAD_SHARE = 0.25
-SINK_SCOPES = ("position", "head")
-RECEPTIVE_FIELDS = ("none", "column", "uniform")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -267,7 +266,7 @@ def find_sinks(
     return _output_like(sinks, attn, p.batched)
 
 
-def _sink_mask(sinks: Any, shape: tuple[int, ...], valid: np.ndarray) -> np.ndarray:
+def sink_key_mask(sinks: Any, shape: tuple[int, ...], valid: np.ndarray) -> np.ndarray:
     """Explicit sinks -> (B, L, H, T) bool. Positions (an int or ints) hold for every sample,
     layer and head; a bool array may be [key], [batch, key], [layer, head, key] or
     [batch, layer, head, key]."""
@@ -348,7 +347,7 @@ def remove_sinks(
                            mask=None if p.full else p.valid)  # fmt: skip
         smask = np.asarray(found, dtype=bool)  # (B, L, H, T)
     else:
-        smask = _sink_mask(sinks, x.shape, p.valid)
+        smask = sink_key_mask(sinks, x.shape, p.valid)
     # x is our own float64 copy (padding zeroed): edited in place, so a long prompt costs one array
     diag = np.arange(x.shape[-1])
     self_attn = x[..., diag, diag].copy()  # (B, L, H, T): a row's own entry is never sink attention

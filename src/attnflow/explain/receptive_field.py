@@ -54,6 +54,7 @@ from .rollout import attention_rollout
 
 __all__ = [
     "causal_flow",
+    "causal_raw",
     "causal_rollout",
     "normalize_receptive_field",
     "uniform_attention",
@@ -239,6 +240,39 @@ def causal_rollout(
     maps = attention_rollout(a, residual=residual, heads=heads, lengths=lengths, mask=mask)
     return _receptive(attention_rollout, attn, maps, receptive_field, lengths, mask,
                       residual=residual, heads=heads)  # fmt: skip
+
+
+def causal_raw(
+    attn: Any,
+    *,
+    heads: str | int = "mean",
+    receptive_field: str = "none",
+    sinks: str = "none",
+    sink_positions: Any = "auto",
+    sink_threshold: float = SINK_THRESHOLD,
+    sink_min_rows: int = SINK_MIN_ROWS,
+    sink_scope: str = "position",
+    lengths: Any = None,
+    mask: Any = None,
+) -> Any:
+    """Raw attention for decoders: sinks, then the heads' attention, then the receptive field.
+
+    W(l) = normalize_receptive_field(agg_h remove_sinks(attn)(l), baseline = agg_h uniform(l)),
+    the options as in `causal_rollout` (with "uniform", raw attention's baseline is uniform
+    attention itself: the receptive-field bias of raw attention alone).
+
+    >>> import numpy as np
+    >>> a = np.tril(np.ones((3, 3)))[None, None] / np.arange(1, 4)[:, None]  # (1, 1, 3, 3) uniform causal
+    >>> causal_raw(a, receptive_field="uniform")[0, 2].round(4).tolist()  # W / baseline = 1 everywhere seen
+    [0.3333, 0.3333, 0.3333]
+    """
+    from .raw import raw_attention
+
+    if receptive_field not in RECEPTIVE_FIELDS:
+        raise ValueError(f"receptive_field must be one of {RECEPTIVE_FIELDS}, got {receptive_field!r}")
+    a = _with_sinks(attn, sinks, sink_positions, sink_threshold, sink_min_rows, sink_scope, lengths, mask)
+    maps = raw_attention(a, heads=heads, lengths=lengths, mask=mask)
+    return _receptive(raw_attention, attn, maps, receptive_field, lengths, mask, heads=heads)
 
 
 def causal_flow(

@@ -24,11 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from attnflow.options import CLS_SELF
+
 from ._common import Prepared, aggregate_heads, as_numpy, check_heads, mix_residual, prepare, prepare_shape
 
-__all__ = ["CLS_SELF", "chefer_generic", "chefer_lrp"]
+__all__ = ["CLS_SELF", "chefer_generic", "chefer_lrp", "companion"]
 
-CLS_SELF = ("keep", "min", "zero")
 # A batch is computed in slices of about this many bytes per attention-shaped array: each step
 # makes a batch-sized temporary, so a whole batch is memory-bound, while slices stay in cache
 # (measured at 100 x 6 x 8 x 20 x 20: 2.5-3x faster per sample than the whole batch at once).
@@ -50,7 +51,7 @@ def _prepare_scores(x: Any, name: str, *, lengths: Any, mask: Any) -> Prepared:
     return prepare_shape(x, name, lengths=lengths, mask=mask)
 
 
-def _companion(x: Any, name: str, p: Prepared, method: str) -> np.ndarray:
+def companion(x: Any, name: str, p: Prepared, method: str) -> np.ndarray:
     """An input shaped like p.attn, as float64 with padded rows and columns 0; finite on real ones."""
     return _finite(_shaped(x, name, p, method), name, p)
 

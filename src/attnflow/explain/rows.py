@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 
+from attnflow.options import ROW_CHOICES
+
 from ._common import as_numpy, is_torch, valid_positions
 
 __all__ = ["select_rows"]
-
-ROW_CHOICES = ("cls", "max", "mean")
 
 
 def select_rows(maps: Any, rows: str | int = "cls", *, lengths: Any = None, mask: Any = None) -> Any:

@@ -13,18 +13,16 @@ from typing import Any
 import numpy as np
 
 from attnflow.batches import length_batches
-from attnflow.method_inputs import method_rows
 from attnflow.methods import METHODS
 
-from .heads import head_flow, head_rollout
-from .registry import EXPLAINER_INPUTS, EXPLAINERS
-from .rows import select_rows
+from .apply import RowSpec, apply
 
 __all__ = ["AUTHORS_CLS_SELF", "PER_HEAD", "explain_samples", "pad_attentions"]
 
 # Chefer et al.'s own code for the CLS-to-CLS entry of the maps: min of the CLS row in the CVPR
-# (LRP) code, 0 in the generic (ICCV) code. explain_samples(cls_self="authors") applies these.
-AUTHORS_CLS_SELF = {"chefer": "zero", "chefer_lrp": "min"}
+# (LRP) code, 0 in the generic (ICCV) code. explain_samples(cls_self="authors") applies these: the
+# records' authors_cls_self, for the methods with the cls_self option.
+AUTHORS_CLS_SELF = {r.name: r.authors_cls_self for r in METHODS.values() if "cls_self" in r.options}
 
 
 BATCH = 128  # samples of similar length explained together
@@ -47,32 +45,20 @@ def pad_attentions(attn: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return out, lengths
 
 
-def _rows(maps: np.ndarray, pick: str, lengths: np.ndarray) -> np.ndarray:
-    """select_rows over (B, L, R, T) maps, or (B, L, H, R, T) per-head maps (heads folded into layers)."""
-    lengths = None if pick == "cls" else lengths  # only max / mean need to skip padded query rows
-    if maps.ndim == 4:
-        return select_rows(maps, pick, lengths=lengths)
+def _head_rows(maps: np.ndarray, position: int | str, lengths: np.ndarray) -> np.ndarray:
+    """(B, L, H, R, T) per-head maps -> (B, L, H, T): the row computed, or max / mean over the real
+    query rows (heads folded into layers for `RowSpec.reduce`)."""
+    if not isinstance(position, str):
+        return RowSpec.reduce(maps, position)
     b, n_layers, n_heads, r, t = maps.shape
-    return select_rows(maps.reshape(b, n_layers * n_heads, r, t), pick, lengths=lengths).reshape(
+    return RowSpec.reduce(maps.reshape(b, n_layers * n_heads, r, t), position, lengths=lengths).reshape(
         b, n_layers, n_heads, t
     )
 
 
-def _raw_heads(attn: np.ndarray, *, sources: list[int] | None, **_: Any) -> np.ndarray:
-    """Head k's own attention at each layer: (B, L, H, R, T)."""
-    return attn[:, :, :, sources] if sources else attn
-
-
-def _rollout_heads(attn: np.ndarray, *, sources: list[int] | None, heads: Any, **common: Any) -> np.ndarray:
-    return head_rollout(attn, heads_below=heads, **common)[..., sources or slice(None), :]
-
-
-def _flow_heads(attn: np.ndarray, *, sources: list[int] | None, heads: Any, **common: Any) -> np.ndarray:
-    return head_flow(attn, heads_below=heads, sources=sources, **common)
-
-
-# Per-head variants (Appendix A.1): head k at layer i on top of the all-heads maps below.
-PER_HEAD = {"raw": _raw_heads, "rollout": _rollout_heads, "flow": _flow_heads}
+# Per-head variants (Appendix A.1): head k at layer i on top of the all-heads maps below (the
+# records' per_head).
+PER_HEAD = {r.name: r.per_head for r in METHODS.values() if r.per_head is not None}
 
 
 def explain_batch(
@@ -91,23 +77,33 @@ def explain_batch(
 
     ``rows``: the task's choice, "cls" (row 0; the cheap path: flow is computed from CLS only),
     "max" or "mean" over the real query rows, for the methods that read the task's rows; the
-    class-specific ones read the classification row (:data:`attnflow.method_inputs.METHOD_ROWS`). ``extra``: further padded inputs a method needs (e.g. ``attn_grad``).
+    class-specific ones read the classification row (the records' ``rows``, decoded by
+    :class:`attnflow.explain.apply.RowSpec`; the methods applied by :func:`attnflow.explain.apply.apply`).
+    ``extra``: further padded inputs a method needs (e.g. ``attn_grad``).
     ``cls_self``: the class-specific maps' CLS-to-CLS entry ("authors": :data:`AUTHORS_CLS_SELF`).
     """
-    common = dict(residual=residual, lengths=lengths)
-    extra = extra or {}
+    spec = RowSpec(rows, task=True)  # the task's rows; class-specific records read CLS
+    records = [METHODS[m] for m in methods]
+    options = {  # Chefer's rules: their CLS-to-CLS convention
+        r.name: {"cls_self": r.authors_cls_self if cls_self == "authors" else cls_self}
+        for r in records
+        if "cls_self" in r.options
+    }
+    valid = np.arange(attn.shape[-1])[None, :] < np.asarray(lengths)[:, None]  # (B, T)
+    per_sample = apply(
+        records, attn, extra, spec, residual=residual, heads=heads, valid=valid, options=options
+    )
     out = {}
-    for m in methods:
-        pick = method_rows(m, rows)  # the task's rows, or the classification row (class-specific)
-        sources = [0] if pick == "cls" else None  # CLS only: flow costs grow with the rows asked for
-        needs = {k: extra[k] for k in EXPLAINER_INPUTS[m]}  # e.g. attention gradients for chefer
-        if "cls_self" in METHODS[m].options:  # Chefer's rules: their CLS-to-CLS convention
-            needs["cls_self"] = AUTHORS_CLS_SELF.get(m, "keep") if cls_self == "authors" else cls_self
-        out[m] = _rows(EXPLAINERS[m](attn, heads=heads, rows=sources, **common, **needs), pick, lengths)
-        if per_head and m in PER_HEAD:  # (B, L, H, R, T) -> (B, L, H, T)
-            out[f"{m}_heads"] = _rows(
-                PER_HEAD[m](attn, sources=sources, heads=heads, **common), pick, lengths
-            )
+    for r in records:
+        maps = np.zeros((attn.shape[0], attn.shape[1], attn.shape[-1]))  # (B, L, T), padding 0
+        for b, sample in enumerate(per_sample):
+            maps[b, :, : sample[r.name].shape[-1]] = sample[r.name]
+        out[r.name] = maps
+        if per_head and r.per_head is not None:  # (B, L, H, R, T) -> (B, L, H, T)
+            position = spec.for_record(r).position(attn.shape[-1])  # CLS only: flow's cost grows with rows
+            sources = None if isinstance(position, str) else [position]
+            head_maps = r.per_head(attn, sources=sources, heads=heads, residual=residual, lengths=lengths)
+            out[f"{r.name}_heads"] = _head_rows(head_maps, position, lengths)
     return out
 
 

@@ -43,29 +43,26 @@ from typing import Any
 import numpy as np
 
 from attnflow.explain import (
-    EXPLAINERS,
     RECEPTIVE_FIELDS,
     SINK_CHOICES,
     SINK_MIN_ROWS,
     SINK_THRESHOLD,
     find_sinks,
-    normalize_receptive_field,
-    remove_sinks,
     sink_mode,
-    uniform_baseline,
 )
+from attnflow.explain.apply import CausalSpec, RowSpec, apply
 from attnflow.generate.gradient_maps import gradient_maps
 from attnflow.generate.result import GenerationExplanation
-from attnflow.methods import METHODS, generation_methods, resolve
+from attnflow.methods import METHODS, generation_methods
 
 from attnflow.generate.result import load_generations as load_generations  # isort: skip
 from attnflow.generate.result import save_generations as save_generations  # isort: skip
+from attnflow.options import GENERATION_OVER as OVER
 
 __all__ = ["GenerationExplanation", "explain_generation", "explain_generation_grid", "generation_table"]
 
 GENERATION_METHODS = tuple(r.name for r in generation_methods())  # the method records' (attnflow.methods)
 DEFAULT_METHODS = ("raw", "rollout", "flow", "chefer")  # explain_generation_grid's default
-OVER = ("prompt", "all")
 # Generated tokens explained per forward/backward of the "chefer" target (a batch of copies).
 GRAD_BATCH_SIZE = 8
 
@@ -121,7 +118,7 @@ def _generate(
 ) -> tuple[list[int], dict[str, Any]]:  # fmt: skip
     import torch
 
-    from attnflow.hf import _model_device
+    from attnflow.devices import model_device
 
     kwargs: dict[str, Any] = {"do_sample": False, "max_new_tokens": max_new_tokens}
     pad = getattr(tokenizer, "pad_token_id", None)
@@ -135,7 +132,7 @@ def _generate(
             raise ValueError(f"generate_kwargs must not set {key!r} (explain_generation sets it)")
     if seed is not None:
         torch.manual_seed(seed)
-    device = _model_device(model)
+    device = model_device(model)
     ids = torch.tensor([prompt_ids], device=device)
     was_training = model.training
     model.eval()
@@ -160,9 +157,9 @@ def _teacher_forced(
     import torch
 
     from attnflow.bridge import forward
-    from attnflow.hf import _model_device
+    from attnflow.devices import model_device
 
-    device = _model_device(model)
+    device = model_device(model)
     p, n = len(prompt_ids), len(generated_ids)
     seq = torch.tensor([prompt_ids + generated_ids[:-1]], device=device)  # (1, T), T = P + n - 1
     rows = torch.arange(p - 1, p - 1 + n, device=device)  # (n,) row P + t - 1 predicts g_t
@@ -227,21 +224,12 @@ def _method_rows(
     name: str, attn: np.ndarray, rows: list[int], *, residual: float, heads: str | int, mode: str,
     sink_mask: np.ndarray, receptive_field: str,
 ) -> np.ndarray:  # fmt: skip
-    """(L, len(rows), T) map of raw / rollout / flow for the given rows, sinks and receptive field."""
-    if name in ("rollout", "flow"):  # the registry's causal options
-        return EXPLAINERS[name](attn, residual=residual, heads=heads, rows=rows, sinks=mode,
-                                sink_positions=sink_mask, receptive_field=receptive_field)  # fmt: skip
-    # raw: the same steps by hand (the registry's raw has no causal options)
-    a = attn if mode == "none" else remove_sinks(attn, mode=mode, sinks=sink_mask)
-    fn = EXPLAINERS["raw"]
-    if receptive_field == "none":
-        return fn(a, residual=residual, heads=heads, rows=rows)
-    if receptive_field == "column":
-        full = normalize_receptive_field(fn(a, residual=residual, heads=heads), mode="column", causal=True)
-        return full[:, rows, :]
-    maps = fn(a, residual=residual, heads=heads, rows=rows)
-    base = uniform_baseline(fn, attn, causal=True, residual=residual, heads=heads, rows=rows)
-    return normalize_receptive_field(maps, mode="uniform", baseline=base, causal=True)
+    """(L, len(rows), T) map of an attention method for the given rows, sinks and receptive field
+    (`attnflow.explain.apply`: the records' functions with the causal options)."""
+    causal = CausalSpec(sinks=mode, sink_positions=sink_mask, receptive_field=receptive_field)
+    (maps,) = apply([METHODS[name]], attn[None], rows=RowSpec(tuple(rows)), causal=causal, residual=residual,
+                    heads=heads)  # fmt: skip
+    return np.ascontiguousarray(maps[name])  # (L, R, T), laid out as the shares below expect
 
 
 def _explanation(
@@ -305,7 +293,7 @@ def _explanation(
 
 def _sink_mask(run: _Run, sink_positions: Any, threshold: float, min_rows: int, scope: str) -> np.ndarray:
     """(L, H, T) bool sink keys: found ("auto", `find_sinks`) or given (positions / a mask)."""
-    from attnflow.explain.causal import _sink_mask as expand
+    from attnflow.explain.causal import sink_key_mask as expand
 
     layers, heads, tokens, _ = run.attn.shape
     if isinstance(sink_positions, str):
@@ -423,7 +411,7 @@ def explain_generation_grid(
     if needing_grad:
         modes = list(dict.fromkeys(sink_mode(s) for s in sinks))
         run.gradient = gradient_maps(model, run, needing_grad, modes, mask, grad_batch_size)
-    run.model_maps = {m: resolve(METHODS[m].generator)(model, run) for m in names if METHODS[m].kind == "model"}
+    run.model_maps = {m: METHODS[m].generator(model, run) for m in names if METHODS[m].kind == "model"}
     out = {}
     for s in sinks:
         for f in fields:

@@ -77,9 +77,9 @@ def _logprobs(model: Any, prefixes: list[list[int]], generated_ids: list[int], b
     """(len(prefixes), n): log p(g_t | prefix, g_<t) for each prefix (all prefixes the same length)."""
     import torch
 
-    from attnflow.hf import _model_device
+    from attnflow.devices import model_device
 
-    device = _model_device(model)
+    device = model_device(model)
     n = len(generated_ids)
     targets = torch.tensor(generated_ids, device=device)
     out = np.zeros((len(prefixes), n))

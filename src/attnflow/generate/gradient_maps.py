@@ -12,13 +12,18 @@ from typing import Any
 
 import numpy as np
 
-from attnflow.explain import EXPLAINERS, remove_sinks
+from attnflow.explain.apply import CausalSpec, RowSpec, apply
 
 __all__ = ["gradient_maps"]
 
 
 def gradient_maps(
-    model: Any, run: Any, methods: Sequence[str], modes: Sequence[str], sink_mask: np.ndarray, grad_batch_size: int
+    model: Any,
+    run: Any,
+    methods: Sequence[str],
+    modes: Sequence[str],
+    sink_mask: np.ndarray,
+    grad_batch_size: int,
 ) -> dict[str, dict[str, np.ndarray]]:
     """{method: {sink mode: (n, L, T)}} for the attention methods that need the attention gradient
     (Chefer's generic rule, Grad-SAM, ...: their records' ``needs``), row P + t - 1 per generated token.
@@ -34,10 +39,11 @@ def gradient_maps(
     import torch
 
     from attnflow.bridge import forward
-    from attnflow.hf import _model_device
+    from attnflow.devices import model_device
     from attnflow.methods import METHODS
 
-    device = _model_device(model)
+    records = [METHODS[m] for m in methods]
+    device = model_device(model)
     p, n = len(run.prompt_ids), len(run.generated_ids)
     seq = torch.tensor([run.prompt_ids + run.generated_ids[:-1]], device=device)  # (1, T)
     rows = torch.arange(p - 1, p - 1 + n, device=device)
@@ -55,10 +61,11 @@ def gradient_maps(
         grad = fo.need("attn_grad").to(device="cpu", dtype=torch.float64).numpy()
         for b in range(c):
             row = int(r[b])
-            for mode in modes:
-                ab = a[b] if mode == "none" else remove_sinks(a[b], mode=mode, sinks=sink_mask)
+            for mode in modes:  # the causal option of every method: sinks (A' = remove_sinks(A))
+                causal = CausalSpec(sinks=mode, sink_positions=sink_mask)
+                (got,) = apply(records, a[b][None], {"attn_grad": grad[b][None]}, RowSpec(row), causal)
                 for m in methods:
-                    rel = np.array(EXPLAINERS[m](ab, attn_grad=grad[b], rows=[row])[:, 0, :])  # (L, T)
+                    rel = np.array(got[m])  # (L, T)
                     if METHODS[m].identity:
                         rel[:, row] -= 1.0  # R - I: the identity's self-relevance left out
                     maps[m][mode][start + b] = np.clip(rel, 0.0, None)

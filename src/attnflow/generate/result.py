@@ -175,6 +175,19 @@ def save_generations(explanations: Sequence[GenerationExplanation], path: str | 
     raise ValueError(f"unknown file type {path.suffix!r}: use .json or .safetensors")
 
 
+def _finite(e: GenerationExplanation, i: int, path: Path) -> GenerationExplanation:
+    """`e` when its maps hold only finite numbers; else an error naming the file, record and method."""
+    from attnflow.io import ArtifactError
+
+    for m, v in e.maps.items():
+        if not np.isfinite(v).all():
+            raise ArtifactError(
+                f"{path}: not a generation explanations file: explanation {i}: map {m!r} holds "
+                f"{int((~np.isfinite(v)).sum())} value(s) that are not finite (NaN or inf)"
+            )
+    return e
+
+
 def load_generations(path: str | Path) -> list[GenerationExplanation]:
     """Read what `save_generations` wrote (this version or an older one); a newer version or
     another kind of file is refused naming the file (attnflow.io.ArtifactError)."""
@@ -186,7 +199,8 @@ def load_generations(path: str | Path) -> list[GenerationExplanation]:
         raise ValueError(f"unknown file type {path.suffix!r}: use .json or .safetensors")
     try:
         if path.suffix == ".json":
-            return [GenerationExplanation.from_dict(d) for d in read_json_records(path, KIND)["records"]]
+            loaded = [GenerationExplanation.from_dict(d) for d in read_json_records(path, KIND)["records"]]
+            return [_finite(e, i, path) for i, e in enumerate(loaded)]
         head, get, _ = read_tensor_records(path, KIND)
         out = []
         for i, d in enumerate(head["records"]):
@@ -197,7 +211,7 @@ def load_generations(path: str | Path) -> list[GenerationExplanation]:
             d["head_sinks"] = get(f"{i}/head_sinks").astype(bool)
             d.pop("sink_positions", None)
             d.pop("head_sink_positions", None)
-            out.append(GenerationExplanation.from_dict(d))
+            out.append(_finite(GenerationExplanation.from_dict(d), i, path))
         return out
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         if isinstance(exc, ArtifactError):  # already names the file

@@ -28,49 +28,47 @@ with requires_extra("attnflow.hf (explaining Hugging Face models)"):
 
     require_modules("attnflow.hf (explaining Hugging Face models)", "transformers")  # found, not imported
 
+from attnflow.bridge.eager import AttentionUnavailableError, NoOutputHeadError, eager_attention
+from attnflow.bridge.hf import AttentionOutput, Target, forward_attentions
 from attnflow.models.unsafe import UnsafeCheckpointError
 
-from .eager import AttentionUnavailableError, NoOutputHeadError, eager_attention
-from .explanation import Explanation, load_explanations, save_explanations
-from .forward import AttentionOutput, forward_attentions
-from .loading import check_vocabulary, load_model, max_input_tokens
-from .methods import INPUT_PROVIDERS, InputContext
-from .text import explain_image, explain_text, explain_texts
-from .words import merge_scores, merge_words, token_labels, word_groups
-
-# Names other modules, tests and the method registry ("attnflow.hf:_attnlrp") read from attnflow.hf.
-from .eager import _attention_configs as _attention_configs  # isort: skip
-from .explanation import MAX_LOGITS_IN_DICT as MAX_LOGITS_IN_DICT  # isort: skip
-from .forward import Target as Target  # isort: skip
-from .forward import _model_device as _model_device  # isort: skip
-from .loading import TOKENIZER_FILES as TOKENIZER_FILES  # isort: skip
-from .loading import UNK_SHARE_MAX as UNK_SHARE_MAX  # isort: skip
-from .loading import _tokenize as _tokenize  # isort: skip
-from .methods import MODEL_METHODS as MODEL_METHODS  # isort: skip
-from .methods import _attnlrp as _attnlrp  # isort: skip
-from .methods import _method_specs as _method_specs  # isort: skip
-from .rows import _check_layer as _check_layer  # isort: skip
-from .rows import _is_causal as _is_causal  # isort: skip
-from .rows import _row_position as _row_position  # isort: skip
-from .rows import _scored_positions as _scored_positions  # isort: skip
-from .text import _explain_batch as _explain_batch  # isort: skip
-from .words import WORD_START_MARKERS as WORD_START_MARKERS  # isort: skip
-from .words import WORDPIECE_CONTINUATION as WORDPIECE_CONTINUATION  # isort: skip
+from .explanation import MAX_LOGITS_IN_DICT, Explanation, load_explanations, save_explanations
+from .loading import TOKENIZER_FILES, UNK_SHARE_MAX, check_vocabulary, load_model, max_input_tokens
+from .methods import INPUT_PROVIDERS, MODEL_METHODS, InputContext
+from .rows import is_causal_model
+from .text import explain_batch, explain_image, explain_text, explain_texts
+from .words import (
+    WORD_START_MARKERS,
+    WORDPIECE_CONTINUATION,
+    merge_scores,
+    merge_words,
+    token_labels,
+    word_groups,
+)
 
 __all__ = [
     "INPUT_PROVIDERS",
+    "MAX_LOGITS_IN_DICT",
+    "MODEL_METHODS",
+    "TOKENIZER_FILES",
+    "UNK_SHARE_MAX",
+    "WORDPIECE_CONTINUATION",
+    "WORD_START_MARKERS",
     "AttentionOutput",
     "AttentionUnavailableError",
     "Explanation",
     "InputContext",
     "NoOutputHeadError",
+    "Target",
     "UnsafeCheckpointError",
     "check_vocabulary",
     "eager_attention",
+    "explain_batch",
     "explain_image",
     "explain_text",
     "explain_texts",
     "forward_attentions",
+    "is_causal_model",
     "load_explanations",
     "load_model",
     "max_input_tokens",

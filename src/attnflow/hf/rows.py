@@ -1,5 +1,6 @@
 """Which query row a model explains: [CLS] for encoders, the last real token for causal models and
-decoder-only classifiers, a masked LM's mask position, or an explicit index.
+decoder-only classifiers, a masked LM's mask position, or an explicit index (the row choice itself
+is decoded by `attnflow.explain.apply.RowSpec` alone).
 """
 
 from __future__ import annotations
@@ -10,22 +11,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnflow.explain.apply import RowSpec
 
-def _row_position(rows: str | int, tokens: int, causal: bool) -> int | str:
-    """The query row to explain for a sample of `tokens` real tokens: a position, or "max"/"mean"."""
-    if rows == "auto":
-        rows = "last" if causal else "cls"
-    if rows == "cls":
-        return 0
-    if rows == "last":
-        return tokens - 1
-    if rows in ("max", "mean"):
-        return rows
-    if isinstance(rows, bool) or not isinstance(rows, int | np.integer):
-        raise ValueError(f"rows must be 'auto', 'cls', 'last', 'max', 'mean' or a token index, got {rows!r}")
-    if not -tokens <= rows < tokens:
-        raise ValueError(f"rows={rows} is out of range for an input of {tokens} tokens")
-    return int(rows) % tokens
+__all__ = ["is_causal_model"]
 
 
 def _check_layer(layer: int, layers: int) -> int:
@@ -36,7 +24,7 @@ def _check_layer(layer: int, layers: int) -> int:
     return int(layer) % layers
 
 
-def _is_causal(model: Any) -> bool:
+def is_causal_model(model: Any) -> bool:
     """Whether the model's attention is causal, so that "auto" reads the last real token.
 
     Decoder-only language models predict after their last token, and decoder-only sequence
@@ -72,7 +60,7 @@ def _pools_without_pad_id(model: Any) -> bool:
     return (
         type(model).__name__.endswith("ForSequenceClassification")
         and getattr(config, "pad_token_id", None) is None
-        and _is_causal(model)
+        and is_causal_model(model)
     )
 
 
@@ -112,4 +100,4 @@ def _scored_positions(
         return torch.tensor(found)
     if isinstance(rows, bool) or not isinstance(rows, int | np.integer):
         return None
-    return torch.tensor([int(i[_row_position(rows, len(i), False)]) for i in idx])
+    return torch.tensor([int(i[RowSpec(rows).position(len(i))]) for i in idx])

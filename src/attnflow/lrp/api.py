@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -9,13 +11,75 @@ from torch import Tensor, nn
 
 from ._result import LRPResult, PassOptions, unbatch
 
-__all__ = ["SUPPORTED", "lrp_relevance"]
+__all__ = ["FAMILIES", "SUPPORTED", "LRPFamily", "lrp_relevance", "register_lrp_family"]
 
-SUPPORTED = (
-    "AgreementTransformer (attnflow.models)",
-    "BertForSequenceClassification (BERT family, e.g. the packaged MiniLM)",
-    "DistilBertForSequenceClassification",
-)
+
+@dataclass(frozen=True)
+class LRPFamily:
+    """One model family the LRP rules cover: a data row of `FAMILIES`.
+
+    name: its key. classes: the model class names it covers (the model's class or any base class).
+    relevance: ``relevance(model, ids (B, T), keep (B, T) bool, options: PassOptions, *,
+    token_type_ids) -> LRPResult``, the relevance-aware forward that reuses the model's weights.
+    positions: the model's longest input. default_keep: the real tokens when no attention_mask is
+    given (default: every token). token_types: it takes token_type_ids. label: how the refusal
+    lists it.
+    """
+
+    name: str
+    classes: tuple[str, ...]
+    relevance: Callable[..., LRPResult]
+    positions: Callable[[nn.Module], int]
+    default_keep: Callable[[nn.Module, Tensor], Tensor] | None = None
+    token_types: bool = False
+    label: str = ""
+
+
+def _agreement(model: nn.Module, ids: Tensor, keep: Tensor, opt: PassOptions, **_: Any) -> LRPResult:
+    from .agreement import agreement_relevance
+
+    return agreement_relevance(model, ids, keep, opt)
+
+
+def _bert(
+    model: nn.Module, ids: Tensor, keep: Tensor, opt: PassOptions, *, token_type_ids: Any = None
+) -> LRPResult:
+    from .encoders import bert_relevance
+
+    return bert_relevance(model, ids, keep, opt, token_type_ids=token_type_ids)
+
+
+def _distilbert(model: nn.Module, ids: Tensor, keep: Tensor, opt: PassOptions, **_: Any) -> LRPResult:
+    from .encoders import distilbert_relevance
+
+    return distilbert_relevance(model, ids, keep, opt)
+
+
+# The families with rules, by name; `register_lrp_family` adds one. Matched by class name (the
+# model's or a base class's), in this order.
+FAMILIES: dict[str, LRPFamily] = {}
+
+
+def register_lrp_family(family: LRPFamily) -> None:
+    """Add (or replace) a model family of the LRP rules: ``lrp_relevance`` and the class-specific
+    methods (``chefer_lrp``) then explain its models. See docs/develop/add-a-method.md."""
+    if not family.classes or not callable(family.relevance):
+        raise ValueError(f"LRP family {family.name!r}: name its model classes and its relevance function")
+    FAMILIES[family.name] = family
+
+
+for _family in (
+    LRPFamily("agreement", ("AgreementTransformer",), _agreement, lambda m: m.config.block_size,
+              default_keep=lambda m, ids: ids != m.config.pad_id, label="AgreementTransformer (attnflow.models)"),
+    LRPFamily("bert", ("BertForSequenceClassification",), _bert, lambda m: m.config.max_position_embeddings,
+              token_types=True, label="BertForSequenceClassification (BERT family, e.g. the packaged MiniLM)"),
+    LRPFamily("distilbert", ("DistilBertForSequenceClassification",), _distilbert,
+              lambda m: m.config.max_position_embeddings, label="DistilBertForSequenceClassification"),
+):  # fmt: skip
+    register_lrp_family(_family)
+
+# The built-in families, as the refusal lists them (FAMILIES holds any registered since).
+SUPPORTED = tuple(f.label for f in FAMILIES.values())
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
@@ -25,22 +89,15 @@ def _unwrap(model: nn.Module) -> nn.Module:
     return model.hf if isinstance(model, HFClassifier) else model
 
 
-def _architecture(model: nn.Module) -> str:
-    from attnflow.models.agreement import AgreementTransformer
-
-    if isinstance(model, AgreementTransformer):
-        return "agreement"
-    try:
-        import transformers
-    except ImportError:  # pragma: no cover - transformers is part of the study extras
-        transformers = None
-    if transformers is not None:
-        if isinstance(model, transformers.BertForSequenceClassification):
-            return "bert"
-        if isinstance(model, transformers.DistilBertForSequenceClassification):
-            return "distilbert"
+def _family(model: nn.Module) -> LRPFamily:
+    names = {cls.__name__ for cls in type(model).__mro__}
+    for family in FAMILIES.values():
+        if names & set(family.classes):
+            return family
     raise TypeError(
-        f"lrp_relevance has no LRP rules for {type(model).__name__}; supported: {', '.join(SUPPORTED)}"
+        f"lrp_relevance has no LRP rules for {type(model).__name__}; supported: "
+        f"{', '.join(f.label or f.name for f in FAMILIES.values())}. Add a family with "
+        "attnflow.lrp.register_lrp_family(LRPFamily(...)) (docs/develop/add-a-method.md)"
     )
 
 
@@ -84,7 +141,7 @@ def lrp_relevance(
     0.0
     """
     model = _unwrap(model)
-    arch = _architecture(model)
+    family = _family(model)
     if not isinstance(input_ids, Tensor) or input_ids.dtype.is_floating_point or input_ids.ndim not in (1, 2):
         raise ValueError("input_ids must be an integer tensor of shape (batch, tokens) or (tokens,)")
     batched = input_ids.ndim == 2
@@ -93,7 +150,9 @@ def lrp_relevance(
     if ids.shape[1] == 0 or ids.shape[0] == 0:
         raise ValueError(f"input_ids has an empty axis: shape {tuple(input_ids.shape)}")
     if attention_mask is None:
-        keep = ids != model.config.pad_id if arch == "agreement" else torch.ones_like(ids, dtype=torch.bool)
+        keep = (
+            family.default_keep(model, ids) if family.default_keep else torch.ones_like(ids, dtype=torch.bool)
+        )
     else:
         mask = torch.as_tensor(attention_mask, device=device)
         mask = mask if batched else mask[None]
@@ -106,27 +165,12 @@ def lrp_relevance(
         keep = mask.bool()
     if not bool(keep[:, 0].all()):
         raise ValueError("position 0 (the token the classifier reads) must be a real token in every sample")
-    limit = model.config.block_size if arch == "agreement" else model.config.max_position_embeddings
+    limit = family.positions(model)
     if ids.shape[1] > limit:
         raise ValueError(f"sequence length {ids.shape[1]} exceeds the model's {limit} positions")
-    if token_type_ids is not None and arch != "bert":
+    if token_type_ids is not None and not family.token_types:
         raise ValueError("token_type_ids apply to BERT-family models only")
     opt = PassOptions(target=target, dtype=dtype, alpha=alpha)
-    if arch == "agreement":
-        from .agreement import agreement_relevance
-
-        result = agreement_relevance(model, ids, keep, opt)
-    elif arch == "bert":
-        from .encoders import bert_relevance
-
-        tt = (
-            None
-            if token_type_ids is None
-            else (token_type_ids if batched else token_type_ids[None]).to(device)
-        )
-        result = bert_relevance(model, ids, keep, opt, token_type_ids=tt)
-    else:
-        from .encoders import distilbert_relevance
-
-        result = distilbert_relevance(model, ids, keep, opt)
+    tt = None if token_type_ids is None else (token_type_ids if batched else token_type_ids[None]).to(device)
+    result = family.relevance(model, ids, keep, opt, token_type_ids=tt)
     return result if batched else unbatch(result)

@@ -10,36 +10,25 @@ paper's token scores are the classification row of G averaged over layers — he
 row is kept, so tables and figures read it per layer like the other methods (mean over layers:
 ``maps.mean(axis=layer)``). `heads` may be "mean" (the paper), "sum", "max" or one head.
 Cost: one forward and one backward, as Chefer's generic rule.
+
+Written on the method kit (`attnflow.explain.kit`): the kit checks `residual` (Grad-SAM has none),
+`heads` and `rows`, fetches ∇A by its name, pads and hands the maps back in attn's kind; this
+module holds the algorithm and its record only.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+
+from attnflow.explain.kit import Batch, attention_method
 
 from . import MethodRecord
 
 __all__ = ["RECORDS", "grad_sam_map"]
 
-RECORDS = (
-    MethodRecord(
-        "grad_sam", "Grad-SAM", f"{__name__}:grad_sam_map", needs=("attn_grad",), rows="classification", order=45,
-        summary="attention weighted by ReLU of its gradient, per layer (Barkan et al., CIKM 2021)",
-    ),
-)  # fmt: skip
 
-
-def grad_sam_map(
-    attn: Any,
-    *,
-    attn_grad: Any = None,  # ∂y/∂A, shaped like attn (its one need; a missing one is named)
-    heads: str | int = "mean",  # how the weighted heads are combined
-    rows: int | list[int] | None = None,
-    mask: Any = None,
-    lengths: Any = None,
-    residual: float = 0.5,  # checked, not applied
-) -> Any:
+@attention_method(needs=("attn_grad",))
+def grad_sam_map(batch: Batch, *, heads: str | int, attn_grad: np.ndarray) -> np.ndarray:
     """G(l) = agg_h ReLU(∇A(l, h)) ⊙ A(l, h) per layer, [..., layer, query, key], in attn's kind;
     padding 0. `residual` is checked but not applied (Grad-SAM weighs the attention itself).
 
@@ -48,24 +37,13 @@ def grad_sam_map(
     >>> grad_sam_map(a, attn_grad=g).tolist()
     [[[0.5, 0.0], [0.1, 1.6]]]
     """
-    from attnflow.explain._common import (
-        Prepared,
-        aggregate_heads,
-        check_heads,
-        check_residual,
-        head_stack,
-        prepare,
-    )
-    from attnflow.explain.registry import _rows_index, _take_rows
-    from attnflow.explain.relevance import _companion
+    weighted = np.maximum(attn_grad, 0.0) * batch.heads()  # (B, L, H, T, T), padding 0
+    return batch.aggregate(weighted, heads)  # (B, L, T, T)
 
-    check_residual(residual)
-    idx = _rows_index(attn, rows, lengths, mask)
-    p = prepare(attn, lengths=lengths, mask=mask)
-    check_heads(heads, p.attn.shape[2])
-    grad = _companion(attn_grad, "attn_grad", p, "grad_sam")  # (B, L, H, T, T) float64, padding 0
-    weighted = np.maximum(grad, 0.0) * head_stack(p, renormalize=False)
-    maps = aggregate_heads(
-        Prepared(weighted, p.valid, p.batched, attn), heads, renormalize=False
-    )  # (B, L, T, T)
-    return _take_rows(p.to_output(maps), idx)
+
+RECORDS = (
+    MethodRecord(
+        "grad_sam", "Grad-SAM", grad_sam_map, rows="classification", row_sums="nonnegative", order=45,
+        summary="attention weighted by ReLU of its gradient, per layer (Barkan et al., CIKM 2021)",
+    ),
+)  # fmt: skip

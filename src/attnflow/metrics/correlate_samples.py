@@ -7,6 +7,8 @@ from typing import Literal
 
 import numpy as np
 
+from attnflow.options import UNDEFINED
+
 from .spearman import _spearman_rows
 
 __all__ = ["AUTHORS_EXCLUDE", "UNDEFINED", "correlate_samples"]
@@ -14,8 +16,6 @@ __all__ = ["AUTHORS_EXCLUDE", "UNDEFINED", "correlate_samples"]
 #: Positions the authors left out of the correlation, per importance score: CLS (position 0) was
 #: dropped for blank-out (it is never blanked) and kept for input gradients.
 AUTHORS_EXCLUDE: dict[str, tuple[int, ...]] = {"blank_out": (0,), "input_gradients": ()}
-
-UNDEFINED = ("zero", "nan")
 
 
 def correlate_samples(

@@ -7,9 +7,9 @@ from typing import Literal
 import numpy as np
 from scipy.stats import rankdata
 
-__all__ = ["SPEARMAN_METHODS", "spearman"]
+from attnflow.options import SPEARMAN_METHODS
 
-SPEARMAN_METHODS = ("average", "dense_noties")
+__all__ = ["SPEARMAN_METHODS", "spearman"]
 
 
 def spearman(

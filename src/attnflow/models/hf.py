@@ -20,7 +20,7 @@ from torch import nn
 
 from attnflow.models.output import ClassifierOutput, TransformerClassifier
 
-__all__ = ["MINILM", "HFClassifier", "load_pretrained_tokenizer", "resolve_pretrained"]
+__all__ = ["MINILM", "HFClassifier", "load_offline_first", "load_pretrained_tokenizer", "resolve_pretrained"]
 
 MINILM = "minilm"
 _PROBE_TIMEOUT_S = 3.0  # how long to wait for the hub before calling the machine offline
@@ -59,7 +59,7 @@ def _hub_reachable() -> bool:
     return True
 
 
-def _from_pretrained(loader: Callable[..., Any], name: str, **kwargs: Any) -> Any:
+def load_offline_first(loader: Callable[..., Any], name: str, **kwargs: Any) -> Any:
     """``loader(name)`` from local files first; the hub only when it answers (never hangs offline)."""
     try:
         return loader(name, local_files_only=True, **kwargs)
@@ -80,11 +80,14 @@ def _from_pretrained(loader: Callable[..., Any], name: str, **kwargs: Any) -> An
         ) from exc
 
 
+_from_pretrained = load_offline_first  # its former name, still read inside attnflow.models
+
+
 def load_pretrained_tokenizer(name: str) -> Any:
     """The tokenizer of ``name`` (hub name, local folder or ``"minilm"``)."""
     from transformers import AutoTokenizer
 
-    return _from_pretrained(AutoTokenizer.from_pretrained, resolve_pretrained(name))
+    return load_offline_first(AutoTokenizer.from_pretrained, resolve_pretrained(name))
 
 
 class HFClassifier(TransformerClassifier):
@@ -113,7 +116,7 @@ class HFClassifier(TransformerClassifier):
         from transformers import AutoModelForSequenceClassification
 
         path = resolve_pretrained(name)
-        model, info = _from_pretrained(
+        model, info = load_offline_first(
             AutoModelForSequenceClassification.from_pretrained,
             path,
             num_labels=num_labels,

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from attnflow.io import align_ids, load_ragged, read_json, read_parquet
+from attnflow.methods import map_methods
 from attnflow.paths import StudyPaths
 
 __all__ = [
@@ -29,7 +30,7 @@ __all__ = [
     "pick_samples",
 ]
 
-MAP_METHODS = ("raw", "rollout", "flow")  # drawn first, in this order, when present
+MAP_METHODS = map_methods()  # drawn first, in this order, when present: the records' `figure`
 
 
 def input_paths(task: str, paths: StudyPaths) -> dict[str, Path]:
@@ -37,6 +38,7 @@ def input_paths(task: str, paths: StudyPaths) -> dict[str, Path]:
     return {
         "table": paths.correlations(task),
         "train_metrics": paths.train_metrics(task),
+        "train_timing": paths.train_timing(task),
         "data_summary": paths.data_summary(task),
         "samples": paths.samples(task),
         "maps": paths.maps(task),
@@ -52,6 +54,7 @@ class TaskInputs:
     task: str
     table: pd.DataFrame | None = None  # the correlation table (attnflow.metrics.tables)
     train_metrics: dict[str, Any] | None = None
+    train_timing: dict[str, Any] | None = None  # wall-clock figures of the training run
     data_summary: dict[str, Any] | None = None
     samples: pd.DataFrame | None = None
     maps: dict[str, list[np.ndarray]] | None = None  # aligned with samples' rows
@@ -75,6 +78,7 @@ def _read_maps(path: Path) -> tuple[dict[str, list], Any]:
 _READERS = {
     "table": read_parquet,
     "train_metrics": read_json,
+    "train_timing": read_json,
     "data_summary": read_json,
     "samples": read_parquet,
     "maps": _read_maps,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from attnflow.data.download import DatasetSpec, FileSpec
-from attnflow.schema import AT_LEAST_1, DROPOUT, POSITIVE, at_least, ranged
+from attnflow.options import AT_LEAST_1, DROPOUT, POSITIVE, at_least, ranged
 from attnflow.tasks.spec import TaskSpec
 
 __all__ = ["AGREEMENT", "AgreementDataConfig", "AgreementModelConfig", "SplitConfig", "TeacherConfig"]
@@ -114,7 +114,9 @@ def _build_model(model: Any, data_dir: Path) -> tuple[Any, Any]:
     vocab = Vocab.load(Path(data_dir) / "vocab.json")
     settings = {k: v for k, v in asdict(model).items() if k != "teacher"}
     config = AgreementConfig(vocab_size=len(vocab), pad_id=vocab.pad_id, **settings)
-    return AgreementTransformer(config), WordEncoder(vocab, max_length=config.block_size, append_eos=config.append_eos)
+    return AgreementTransformer(config), WordEncoder(
+        vocab, max_length=config.block_size, append_eos=config.append_eos
+    )
 
 
 def _build_teacher(model: Any, data_dir: Path) -> Any:

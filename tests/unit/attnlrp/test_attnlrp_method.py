@@ -8,7 +8,7 @@ import torch
 
 from attnflow.attnlrp import attnlrp
 from attnflow.attnlrp.maps import attnlrp_map
-from attnflow.hf import MODEL_METHODS, _explain_batch
+from attnflow.hf import MODEL_METHODS, explain_batch
 from attnflow.method_inputs import MODEL_METHODS as MODEL_METHOD_NAMES
 from tests.unit.attnlrp._attnlrp_models import tiny
 
@@ -31,7 +31,7 @@ def test_a_padded_batch_gives_each_sample_the_map_of_its_own_unpadded_sequence(a
     model.config.pad_token_id = 0  # a decoder classifier pools the last token that is not padding
     ids = torch.tensor([[2, 7, 9, 11, 5, 3], [2, 8, 13, 3, 0, 0]])
     mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
-    out, per_sample = _explain_batch(
+    out, per_sample = explain_batch(
         model, {"input_ids": ids, "attention_mask": mask}, methods=["attnlrp", "rollout"], layer=-1, rows="auto",
         residual=0.5, heads="mean", target="predicted", extra_inputs=None,
     )  # fmt: skip
@@ -50,14 +50,14 @@ def test_a_model_method_alone_needs_the_target_ids_but_no_attention_gradient_pas
     # attnlrp runs its own forward and backward: the attention forward only picks the class
     model = tiny("bert")
     ids = torch.tensor([[2, 7, 9, 11, 5, 3]])
-    out, (res,) = _explain_batch(
+    out, (res,) = explain_batch(
         model, {"input_ids": ids}, methods=["attnlrp"], layer=-1, rows="auto", residual=0.5, heads="mean",
         target="predicted", extra_inputs=None,
     )  # fmt: skip
     assert out.attention_grads is None
     assert int(out.target[0]) == int(model(input_ids=ids).logits[0].argmax())
     np.testing.assert_allclose(res["maps"]["attnlrp"], attnlrp_map(model, ids[0], target=int(out.target[0])))
-    out, _ = _explain_batch(
+    out, _ = explain_batch(
         model, {"input_ids": ids}, methods=["attnlrp", "chefer"], layer=-1, rows="auto", residual=0.5,
         heads="mean", target="predicted", extra_inputs=None,
     )  # fmt: skip

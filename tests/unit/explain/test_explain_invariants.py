@@ -10,20 +10,27 @@ import numpy as np
 import pytest
 import torch
 
-from attnflow.explain import EXPLAINER_INPUTS, EXPLAINERS, select_rows
+from attnflow.explain import CLS_SELF, EXPLAINER_INPUTS, EXPLAINERS, select_rows
+from attnflow.methods import METHODS, ROW_SUM_LAWS
 
 NAMES = sorted(EXPLAINERS)
 CLOSE = 1e-10  # float64 agreement between two routes to the same numbers
 
-# What each method's rows sum to on real positions: 1 (row-stochastic maps), or >= 1 because the
-# map is I plus a nonnegative matrix (Chefer's generic rule has no normalisation).
-ROW_SUMS = {
-    "raw": "one",
-    "rollout": "one",
-    "flow": "one",
-    "chefer_lrp": "one",
-    "chefer": "identity_plus_nonnegative",
-}
+# What each method's rows sum to on real positions: its record's row-sum law (attnflow.methods
+# ROW_SUM_LAWS): 1 (row-stochastic maps), >= 1 because the map is I plus a nonnegative matrix
+# (Chefer's generic rule has no normalisation), or only >= 0 (Grad-SAM weighs the attention itself).
+ROW_SUMS = {r.name: r.row_sums for r in METHODS.values() if r.kind == "attention"}
+
+
+def test_every_attention_method_states_its_facts():
+    # a method added without them fails here, before any invariant silently skips it
+    for name, record in METHODS.items():
+        if record.kind != "attention":
+            continue
+        assert record.row_sums in ROW_SUM_LAWS, f"{name}: state row_sums= on its record ({ROW_SUM_LAWS})"
+        assert callable(record.function) and record.label and record.summary, name
+        if "cls_self" in record.options:
+            assert record.authors_cls_self in CLS_SELF, name
 
 
 def extra_inputs(name, attn, seed=0):
@@ -98,17 +105,23 @@ def test_shape_finite_and_nonnegative(name):
     assert batched.shape == (2, 3, 4, 4)
 
 
-@pytest.mark.parametrize("name", sorted(ROW_SUMS))
+@pytest.mark.parametrize("name", NAMES)
 def test_row_sums(name):
     # "one": raw (mean of stochastic heads), rollout and chefer_lrp (products of stochastic
-    # matrices), flow (normalised); "identity_plus_nonnegative": chefer, R = I + (>= 0), rows >= 1
+    # matrices), flow (normalised); "identity_plus_nonnegative": chefer, R = I + (>= 0), rows >= 1;
+    # "nonnegative": grad_sam, mean_h ReLU(∇A) ⊙ A, entries >= 0 and no law on the sums
     attn = random_attention(np.random.default_rng(1), 3, 2, 4, 4)
     out = run(name, attn, extra_inputs(name, attn))
-    if ROW_SUMS[name] == "one":
+    law = ROW_SUMS[name]
+    assert law in ROW_SUM_LAWS
+    if law == "one":
         np.testing.assert_allclose(out.sum(-1), 1.0, atol=CLOSE)
-    else:
+    elif law == "identity_plus_nonnegative":
         assert np.all(out - np.eye(4) >= 0)
         assert np.all(out.sum(-1) >= 1.0)
+    else:
+        assert np.all(out >= 0)
+        assert not np.allclose(out.sum(-1), 1.0)  # a law would have been stated
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -140,11 +153,13 @@ def test_identity_attention_mixes_no_tokens(name, residual):
     out = run(name, attn, extras, residual=residual)
     np.testing.assert_allclose(out * (1.0 - np.eye(4)), 0.0, atol=CLOSE)
     expected = np.tile(np.eye(4), (3, 1, 1))
-    if name == "chefer":
+    if ROW_SUMS[name] == "identity_plus_nonnegative":  # chefer
         gain = 1.0 + np.maximum(extras["attn_grad"] * attn, 0).mean(1).diagonal(axis1=-2, axis2=-1)  # (L, T)
         expected = expected * np.cumprod(gain, axis=0)[:, None, :]
-    if ROW_SUMS.get(name) == "one" or name == "chefer":
-        np.testing.assert_allclose(out, expected, atol=CLOSE)
+    if ROW_SUMS[name] == "nonnegative":  # grad_sam: G(l) = mean_h ReLU(∇A(l, h)) ⊙ I, layer by layer
+        gain = np.maximum(extras["attn_grad"], 0).mean(1).diagonal(axis1=-2, axis2=-1)  # (L, T)
+        expected = expected * gain[:, None, :]
+    np.testing.assert_allclose(out, expected, atol=CLOSE)
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if EXPLAINER_INPUTS[n]])

@@ -16,52 +16,26 @@ Two kinds of model, one place each:
 - attnflow's study classifiers (`attnflow.models`: ``model(ids, mask, output_attentions=True)``
   returns a ClassifierOutput): the attentions of that call without gradients; attn_grad and
   attn_relevance from one LRP pass (`attnflow.lrp.lrp_relevance`, which differentiates its forward);
-- any Hugging Face model: `attnflow.hf.forward_attentions` (eager attention switched on for the
-  call, device, language-model positions), the attention gradients from the same forward;
-  attn_relevance from `attnflow.lrp.lrp_relevance`.
+- any Hugging Face model: `attnflow.bridge.hf.forward_attentions` (eager attention switched on for
+  the call, `attnflow.bridge.eager`; device, language-model positions), the attention gradients from
+  the same forward; attn_relevance from `attnflow.lrp.lrp_relevance`.
+
+A layer below the API: `attnflow.hf` (explain_text, the CLI) imports this package, never the
+reverse, so the capture stage depends on neither the explainers nor the display code.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from .captured import Captured, zero_padding
+
 __all__ = ["NEEDS", "Captured", "forward", "is_study_model", "zero_padding"]
 
 NEEDS = ("attentions", "attn_grad", "attn_relevance")
-
-
-@dataclass
-class Captured:
-    """What `forward` returns (all tensors detached; axes [batch, layer, head, query, key])."""
-
-    logits: torch.Tensor | None  # (B, C), or (B, T, V) for language models; None for bare encoders
-    attentions: torch.Tensor | None  # (B, L, H, T, T), padding rows / columns exactly 0
-    attention_mask: torch.Tensor | None  # (B, T) bool, True = real token; None = all real (ViT)
-    attention_grads: torch.Tensor | None = None  # d score / d attentions, shape and padding as attentions
-    scores: torch.Tensor | None = None  # (B,) the differentiated scores
-    target: torch.Tensor | None = None  # (B,) class / token ids behind `scores` (None for a callable)
-    positions: torch.Tensor | None = None  # (B,) position whose logits were scored (language models)
-    inputs: dict[str, torch.Tensor] = field(default_factory=dict)  # need -> (B, L, H, T, T), as asked
-
-    def need(self, name: str) -> torch.Tensor:
-        """The tensor of one need ("attentions", "attn_grad", "attn_relevance")."""
-        if name == "attentions" and self.attentions is not None:
-            return self.attentions
-        if name not in self.inputs:
-            raise KeyError(f"{name!r} was not asked of this forward (it has {sorted(self.inputs)})")
-        return self.inputs[name]
-
-
-def zero_padding(x: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
-    """x (B, L, H, T, T) with rows and columns of padded positions set to exactly 0."""
-    if valid is None:
-        return x
-    keep = valid[:, None, None, :, None] & valid[:, None, None, None, :]  # (B, 1, 1, T, T)
-    return x.masked_fill(~keep, 0.0)
 
 
 def is_study_model(model: Any) -> bool:
@@ -90,7 +64,9 @@ def forward(
     if unknown := sorted(set(needs) - set(NEEDS)):
         raise ValueError(f"unknown need(s) {unknown}; the bridge makes {', '.join(NEEDS)}")
     if target is None and {"attn_grad", "attn_relevance"} & set(needs):
-        raise ValueError(f"{sorted({'attn_grad', 'attn_relevance'} & set(needs))} explain a class: pass a target")
+        raise ValueError(
+            f"{sorted({'attn_grad', 'attn_relevance'} & set(needs))} explain a class: pass a target"
+        )
     if is_study_model(model):
         return _study_forward(model, batch, needs, target)
     return _hf_forward(model, batch, needs, target, positions)
@@ -141,7 +117,7 @@ def _study_forward(model: Any, batch: Any, needs: tuple[str, ...], target: Any) 
 def _hf_forward(
     model: Any, batch: Any, needs: tuple[str, ...], target: Any, positions: torch.Tensor | None
 ) -> Captured:
-    from attnflow.hf.forward import forward_attentions
+    from .hf import forward_attentions
 
     grad = "attn_grad" in needs
     out = forward_attentions(model, batch, target=target, positions=positions, attention_grads=grad)

@@ -12,8 +12,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.bridge import Captured, zero_padding
-from attnflow.hf.eager import AttentionUnavailableError, NoOutputHeadError, eager_attention
+from attnflow.devices import model_device
+
+from .captured import Captured, zero_padding
+from .eager import AttentionUnavailableError, NoOutputHeadError, eager_attention
+
+__all__ = ["AttentionOutput", "Target", "forward_attentions", "last_positions", "target_scores"]
 
 # Keys a tokenizer may add to its output that no model forward takes.
 _TOKENIZER_ONLY_KEYS = frozenset(
@@ -47,9 +51,7 @@ def _model_inputs(batch: Any, device: torch.device) -> dict[str, Any]:
     return inputs
 
 
-def _last_positions(
-    valid: torch.Tensor | None, batch: int, tokens: int, device: torch.device
-) -> torch.Tensor:
+def last_positions(valid: torch.Tensor | None, batch: int, tokens: int, device: torch.device) -> torch.Tensor:
     """(B,) index of the last real token of each sample (either padding side)."""
     if valid is None:
         return torch.full((batch,), tokens - 1, dtype=torch.long, device=device)
@@ -68,7 +70,7 @@ def _class_logits(logits: torch.Tensor, positions: torch.Tensor) -> torch.Tensor
     return logits
 
 
-def _target_scores(
+def target_scores(
     out: Any, target: Target, positions: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(scores (B,), target ids (B,) or None) for `target` on the model output `out`."""
@@ -190,7 +192,7 @@ def forward_attentions(
     >>> out.attentions[1, :, :, 2].abs().sum().item(), out.attentions[1, :, :, :, 2].abs().sum().item()
     (0.0, 0.0)
     """
-    device = _model_device(model)
+    device = model_device(model)
     if device.type == "meta":
         raise ValueError(
             f"{type(model).__name__}'s weights are on the 'meta' device (shapes without values, e.g. built "
@@ -223,7 +225,7 @@ def forward_attentions(
     valid = None if mask is None else mask.to(device=layers[0].device).bool()  # (B, T)
     logits = getattr(out, "logits", None)
     if positions is None:
-        positions = _last_positions(valid, bsz, tokens, layers[0].device)
+        positions = last_positions(valid, bsz, tokens, layers[0].device)
     else:
         positions = torch.as_tensor(positions, dtype=torch.long, device=layers[0].device)
         if positions.shape != (bsz,) or ((positions < 0) | (positions >= tokens)).any():
@@ -240,20 +242,13 @@ def forward_attentions(
             raise AttentionUnavailableError(
                 f"{type(model).__name__}'s attentions are not part of the autograd graph; cannot differentiate"
             )
-        scores, ids = _target_scores(out, target, positions)
+        scores, ids = target_scores(out, target, positions)
         grads = torch.autograd.grad(scores.sum(), layers, allow_unused=True)
         grads = [torch.zeros_like(a) if g is None else g for a, g in zip(layers, grads, strict=True)]
         result.attention_grads = zero_padding(torch.stack(grads, dim=1), valid)  # (B, L, H, T, T)
         result.scores = scores.detach()
         result.target = ids
     elif target is not None and logits is not None and not callable(target):
-        scores, ids = _target_scores(out, target, positions)  # no backward: the ids and their scores
+        scores, ids = target_scores(out, target, positions)  # no backward: the ids and their scores
         result.scores, result.target = scores.detach(), ids
     return result
-
-
-def _model_device(model: Any) -> torch.device:
-    try:
-        return next(model.parameters()).device
-    except (StopIteration, AttributeError):
-        return torch.device("cpu")

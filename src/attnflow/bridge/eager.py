@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+__all__ = ["AttentionUnavailableError", "NoOutputHeadError", "attention_configs", "eager_attention"]
+
 
 class AttentionUnavailableError(ValueError):
     """The model cannot return attention probabilities (no attention layers, or SDPA / flash only)."""
@@ -19,7 +21,7 @@ class NoOutputHeadError(ValueError):
     """A class target was asked of a model without logits (a bare encoder such as the packaged MiniLM)."""
 
 
-def _attention_configs(model: Any) -> list[Any]:
+def attention_configs(model: Any) -> list[Any]:
     """Every config whose ``_attn_implementation`` steers part of ``model``: the model's own, its
     sub-configs (any depth) and those of sub-models, each once."""
     seen: dict[int, Any] = {}
@@ -65,7 +67,7 @@ def eager_attention(model: Any) -> Iterator[Any]:
             f"{type(model).__name__} is not a Hugging Face transformers model (no set_attn_implementation); "
             "attnflow.hf needs a transformers PreTrainedModel"
         )
-    configs = _attention_configs(model)
+    configs = attention_configs(model)
     saved = [(config, config._attn_implementation) for config in configs]
     try:
         if any(impl != "eager" for _, impl in saved):

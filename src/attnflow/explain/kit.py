@@ -1,0 +1,227 @@
+"""The method kit: what every attention method shares, done once, so a method module holds only its
+algorithm and its record.
+
+An attention method is called the same way everywhere (the study's explain stage, ``explain_text``,
+the CLI, generation):
+
+    method(attn, *, residual=0.5, heads="mean", rows=None, lengths=None, mask=None, **needs, **options)
+        -> [..., layer, query (or len(rows)), key]       numpy in -> numpy out, torch in -> torch out
+
+`attention_method` turns an algorithm into such a method. The algorithm sees one validated,
+padded float64 batch (`Batch`) and each declared need by name, already checked and shaped like the
+attention (float64, padded rows and columns 0), and returns its maps (B, L, T, T). The kit does the
+rest: it checks `residual` (and hands it on only to an algorithm that declares it uses it), checks
+`heads`, checks `rows` against the tokens and the padding, fetches each need by its name (a missing
+one is named in the error), hands the result back in the caller's kind and dtype, and keeps only
+the rows asked for. It also gives every method the causal options of decoders (sinks= /
+sink_positions= / receptive_field=, `CAUSAL_OPTIONS`): the attention with its sinks handled
+(`remove_sinks`) goes to the algorithm, and the maps are normalised by the receptive field (the
+method on uniform attention as the baseline; not for a method with needs). An algorithm that takes
+them itself (raw, rollout and flow: their causal variants) gets them instead. The helpers
+(`check_rows`, `take_rows`) are public for code that selects rows the same way.
+
+>>> import numpy as np
+>>> @attention_method(needs=("attn_grad",))
+... def grad_times_attention(batch, *, heads, attn_grad):
+...     return batch.aggregate(attn_grad * batch.heads(), heads)
+>>> a = np.full((1, 1, 2, 2), 0.5)  # one layer, one head, two tokens
+>>> grad_times_attention(a, attn_grad=np.ones_like(a), rows=[1]).tolist()
+[[[0.5, 0.5]]]
+>>> grad_times_attention(a)
+Traceback (most recent call last):
+    ...
+ValueError: grad_times_attention needs attn_grad, shaped like attn (see attnflow.lrp.lrp_relevance)
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._common import (
+    ROW_SUM_TOL,
+    Prepared,
+    aggregate_heads,
+    check_heads,
+    check_positions,
+    check_residual,
+    head_stack,
+    prepare,
+    row_sum_tolerance,
+    valid_positions,
+)
+from .causal import RECEPTIVE_FIELDS, remove_sinks, sink_mode
+from .relevance import companion
+
+__all__ = ["CAUSAL_OPTIONS", "Batch", "attention_method", "check_rows", "take_rows"]
+
+
+def check_rows(
+    attn: Any, rows: int | Sequence[int] | None, lengths: Any = None, mask: Any = None
+) -> np.ndarray | None:
+    """The query rows asked for as an index array (None: every row): in range, and a real token of
+    every sample (never padding)."""
+    if rows is None:
+        return None
+    shape = attn.shape if hasattr(attn, "shape") else np.shape(attn)
+    tokens = shape[-1]
+    idx = check_positions(rows, "rows", tokens, f"the input has {tokens} query rows")
+    if (lengths is not None or mask is not None) and len(shape) == 5:
+        valid = valid_positions(lengths, mask, shape[0], tokens)  # (B, T)
+        if not valid[:, idx].all():
+            b, r = np.argwhere(~valid[:, idx])[0]
+            raise ValueError(f"rows index {int(idx[r])} out of range: it is padding in sample {int(b)}")
+    return idx
+
+
+def take_rows(maps: Any, idx: np.ndarray | None) -> Any:
+    """maps [..., layer, query, key] -> [..., layer, len(idx), key]; None keeps every row."""
+    if idx is None:
+        return maps
+    if hasattr(maps, "index_select"):  # torch
+        import torch
+
+        return maps.index_select(-2, torch.as_tensor(idx, device=maps.device))
+    return maps[..., idx, :]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One validated batch of attention, as an algorithm of the kit sees it.
+
+    attn: (B, L, H, T, T) as given (never written to); valid: (B, T) bool, True for real tokens.
+    """
+
+    prepared: Prepared
+
+    @property
+    def attn(self) -> np.ndarray:
+        return self.prepared.attn
+
+    @property
+    def valid(self) -> np.ndarray:
+        return self.prepared.valid
+
+    def heads(self, *, renormalize: bool = False) -> np.ndarray:
+        """The attention per head, float64 (B, L, H, T, T), padding 0 (rows re-normalised if asked)."""
+        return head_stack(self.prepared, renormalize=renormalize)
+
+    def aggregate(self, per_head: np.ndarray, heads: str | int) -> np.ndarray:
+        """(B, L, H, T, T) -> (B, L, T, T) by the `heads` choice ("mean", "sum", "max" or one head)."""
+        p = self.prepared
+        return aggregate_heads(Prepared(per_head, p.valid, p.batched, p.like), heads, renormalize=False)
+
+
+# The causal options of decoders (`attnflow.explain.causal`) and their plain defaults: every method
+# takes them; the kit applies them to an algorithm that does not handle them itself.
+CAUSAL_OPTIONS = {"sinks": "none", "sink_positions": "auto", "receptive_field": "none"}
+
+
+def _receptive_field(
+    method: Callable[..., Any], attn: Any, causal: dict[str, Any], needs: Sequence[str], label: str, *,
+    rows: Any, lengths: Any, mask: Any, **common: Any,
+) -> Any:  # fmt: skip
+    """The method's maps normalised by its receptive field (`normalize_receptive_field`): the maps
+    of every row, then the rows asked for. A method with needs has no uniform baseline."""
+    from .receptive_field import _receptive
+
+    if needs:
+        raise ValueError(
+            f"{label} takes no receptive_field: it needs {', '.join(needs)}, which uniform attention has no value "
+            "of (the receptive field applies to the methods of the attention alone)"
+        )
+    mode = causal.pop("receptive_field")
+    if mode not in RECEPTIVE_FIELDS:
+        raise ValueError(f"receptive_field must be one of {RECEPTIVE_FIELDS}, got {mode!r}")
+    idx = check_rows(attn, rows, lengths, mask)
+    maps = method(attn, lengths=lengths, mask=mask, **common, **causal)  # every row, sinks handled if asked
+    # the baseline: the method on uniform attention (which has no sinks), as causal_rollout does it
+    maps = _receptive(functools.partial(method, **common), attn, maps, mode, lengths, mask)
+    return take_rows(maps, idx)
+
+
+def attention_method(
+    algorithm: Callable[..., Any] | None = None,
+    *,
+    needs: Sequence[str] = (),
+    uses_residual: bool = False,
+    selects_rows: bool = False,
+    name: str | None = None,
+) -> Any:
+    """Make an attention method from ``algorithm(batch: Batch, *, heads, [residual,] [rows,]
+    **needs, **options) -> (B, L, T, T)``; see the module docstring.
+
+    needs: the names of the per-sample arrays it takes besides attn (its record reads them from
+    here). uses_residual: the algorithm applies `residual` (else the kit checks it and leaves it
+    out: the method has no residual). selects_rows: the algorithm computes only the rows asked for
+    (``rows``: a list of query positions, or None for all; flow, whose cost grows with them), else
+    the kit keeps them from the full maps. name: the method's name in error messages (default:
+    the algorithm's, without ``_map``). The options are the algorithm's other keyword arguments.
+    """
+
+    def wrap(algorithm: Callable[..., Any]) -> Callable[..., Any]:
+        label = name or algorithm.__name__.removesuffix("_map")
+        own = {"batch", "heads", "residual", "rows", *needs}
+        options = [q for q in inspect.signature(algorithm).parameters.values() if q.name not in own]
+        # the causal options the kit applies itself when the algorithm does not take them
+        kit_causal = [n for n in CAUSAL_OPTIONS if n not in {q.name for q in options}]
+
+        @functools.wraps(algorithm)
+        def method(
+            attn: Any,
+            *,
+            residual: float = 0.5,
+            heads: str | int = "mean",
+            rows: int | Sequence[int] | None = None,
+            lengths: Any = None,
+            mask: Any = None,
+            **given: Any,
+        ) -> Any:
+            causal = {n: given.pop(n) for n in kit_causal if n in given}
+            if causal.get("receptive_field", "none") != "none":
+                return _receptive_field(method, attn, causal, needs, label, residual=residual, heads=heads,
+                                        rows=rows, lengths=lengths, mask=mask, **given)  # fmt: skip
+            if sink_mode(causal.get("sinks", "none")) != "none":  # A' = remove_sinks(A), then the method
+                attn = remove_sinks(attn, mode=sink_mode(causal["sinks"]), sinks=causal.get("sink_positions", "auto"),
+                                    lengths=lengths, mask=mask)  # fmt: skip
+            check_residual(residual)
+            idx = check_rows(attn, rows, lengths, mask)
+            p = prepare(attn, lengths=lengths, mask=mask)
+            if row_sum_tolerance(attn) > ROW_SUM_TOL:  # float16 / bfloat16, checked against their own
+                # tolerance: rows rescaled in float64, so the algorithms (which may check again) see sums of 1
+                p = Prepared(head_stack(p, renormalize=True), p.valid, p.batched, p.like)
+            check_heads(heads, p.attn.shape[2])
+            arrays = {need: companion(given.pop(need, None), need, p, label) for need in needs}
+            if unknown := sorted(set(given) - {q.name for q in options}):
+                raise TypeError(f"{label}() got unexpected keyword argument(s) {unknown}")
+            if uses_residual:
+                given["residual"] = residual
+            if selects_rows:  # the algorithm computes only these rows
+                given["rows"] = None if idx is None else idx.tolist()
+            maps = algorithm(Batch(p), heads=heads, **arrays, **given)  # (B, L, T or len(rows), T)
+            out = p.to_output(maps)
+            return out if selects_rows else take_rows(out, idx)
+
+        kw = inspect.Parameter.KEYWORD_ONLY
+        method.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [
+                inspect.Parameter("attn", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+                inspect.Parameter("residual", kw, default=0.5),
+                inspect.Parameter("heads", kw, default="mean"),
+                inspect.Parameter("rows", kw, default=None),
+                inspect.Parameter("lengths", kw, default=None),
+                inspect.Parameter("mask", kw, default=None),
+                *(inspect.Parameter(n, kw, default=None) for n in needs),
+                *(q.replace(kind=kw) for q in options),
+                *(inspect.Parameter(n, kw, default=CAUSAL_OPTIONS[n]) for n in kit_causal),
+            ]
+        )
+        method.needs = tuple(needs)  # type: ignore[attr-defined]
+        return method
+
+    return wrap if algorithm is None else wrap(algorithm)

@@ -1,12 +1,13 @@
-"""The performance tables of README.md and docs/performance.md, rendered from benchmarks/results/.
+"""The performance tables of README.md, docs/performance.md and docs/long-inputs.md, rendered
+from benchmarks/results/.
 
     python benchmarks/tables.py           # rewrite the tables between their markers
     python benchmarks/tables.py --check   # exit 1 when a table differs from the results (a test runs this)
 
 Each table sits between ``<!-- benchmarks:NAME -->`` and ``<!-- /benchmarks:NAME -->``: ``flow``
-from ``flow_speed.json`` (every figure as a ratio against the baseline timed in the same run) and
-``cold`` from ``cold_start.json``. The numbers are never typed by hand, so the README says what
-the last committed run measured.
+from ``flow_speed.json`` (every figure as a ratio against the baseline timed in the same run),
+``cold`` from ``cold_start.json`` and ``long`` (docs/long-inputs.md only) from ``long_inputs.json``.
+The numbers are never typed by hand, so the documents say what the last committed run measured.
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-DOCUMENTS = (ROOT / "README.md", ROOT / "docs" / "performance.md")
+# Each document and the tables it holds.
+DOCUMENTS = {
+    ROOT / "README.md": ("flow", "cold"),
+    ROOT / "docs" / "performance.md": ("flow", "cold"),
+    ROOT / "docs" / "long-inputs.md": ("long",),
+}
 
 
 def _num(x: float | None) -> str:
@@ -31,10 +37,8 @@ def _num(x: float | None) -> str:
 def flow_table(result: dict) -> str:
     """The flow_speed.json run: its command, machine and load, then one row per figure."""
     lines = [
-        f"`{result['command']}` (ref = {result['ref'][:12]}), {result['cpus']} CPUs, numba threads "
-        f"{result['numba_threads']}, load average {result['load_average_before']} before / "
-        f"{result['load_average_after']} after; numba compile events inside timed calls after warm-up: "
-        f"{result['compiles_in_timed_calls']}.",
+        f"`{result['command']}`, {result['cpus']} CPUs, {result['threads_setting']}; load average "
+        f"{result['load_average_before']} before / {result['load_average_after']} after.",
         "",
         "| figure | ours | baseline | baseline's | x faster | target |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -58,17 +62,78 @@ def cold_table(result: dict) -> str:
             "",
             "| run | seconds | target |",
             "| --- | --- | --- |",
-            f"| cold: fresh read-only install, empty numba cache | {result['cold_s']:.2f} | <= {result['target_cold_s']:g} s: {met} |",
-            f"| warm: the same install, numba cache filled | {result['warm_s']:.2f} | |",
+            f"| cold: fresh read-only install, first run | {result['cold_s']:.2f} | <= {result['target_cold_s']:g} s: {met} |",
+            f"| warm: the same install again | {result['warm_s']:.2f} | |",
             f"| floor: import torch + transformers, load MiniLM, exit | {result['import_and_model_load_s']:.2f} | |",
         ]
     )
 
 
+def long_table(result: dict) -> str:
+    """The long_inputs.json run: raw/rollout speed, extra peak memory against depth, SmolLM2 by length."""
+    rows = result["rows"]
+    meta = result["meta"]
+    lines = [
+        f"`python benchmarks/long_inputs.py`, device {meta['device']}, load average {_load(meta.get('load_before'))} "
+        f"before / {_load(meta.get('load_after'))} after; a worker past {meta['cap_gb']:g} GB is stopped.",
+        "",
+    ]
+    speed = [r for r in rows if r["kind"] == "speed"]
+    if speed:
+        lines += [
+            "| float32 torch vs today's float64 numpy | shape | numpy float64 | torch float32 | x faster | target |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for r in speed:
+            met = "met" if r["speedup"] >= 1.8 else "**not met**"
+            lines.append(
+                f"| {r['path']} | {' x '.join(map(str, r['shape']))} | {r['numpy_float64_s']:.3f} s | "
+                f"{r['torch_float32_s']:.3f} s | {r['speedup']:.2f} | >= 1.8: {met} |"
+            )
+        lines.append("")
+    depth = {(r["size"], r["path"]): r for r in rows if r["kind"] == "depth" and "extra_peak_bytes" in r}
+    if depth:
+        lines += [
+            "| tiny Llama, 32 heads, 768 tokens, rollout | layers | extra peak | x the float32 [L,H,T,T] | seconds |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for (size, path), r in sorted(depth.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            lines.append(
+                f"| {path} | {size} | {r['extra_peak_bytes'] / 2**20:,.0f} MB | "
+                f"{r['extra_peak_bytes'] / r['attentions_f32_bytes']:.2f} | {r['seconds']:.1f} |"
+            )
+        lines.append("")
+    lm = [r for r in rows if r["kind"] == "smollm2"]
+    if lm:
+        lines += [
+            "| SmolLM2-135M, last token | tokens | seconds | extra peak | process peak |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for r in sorted(lm, key=lambda r: (r["path"], r["size"])):
+            if "over_cap_gb" in r:
+                lines.append(f"| {r['path']} | {r['size']:,} | | over {r['over_cap_gb']:g} GB | stopped |")
+            elif "error" in r:
+                lines.append(f"| {r['path']} | {r['size']:,} | failed | | |")
+            else:
+                lines.append(
+                    f"| {r['path']} | {r['size']:,} | {r['seconds']:.1f} | "
+                    f"{r['extra_peak_bytes'] / 2**30:.2f} GB | {r['process_peak_bytes'] / 2**30:.2f} GB |"
+                )
+    return "\n".join(lines).rstrip()
+
+
+def _load(load: list[float] | None) -> str:
+    return "n/a" if not load else " ".join(f"{x:.2f}" for x in load)
+
+
 def rendered() -> dict[str, str]:
     """Table name -> its markdown, from the committed results."""
     read = lambda name: json.loads((RESULTS / name).read_text(encoding="utf-8"))  # noqa: E731
-    return {"flow": flow_table(read("flow_speed.json")), "cold": cold_table(read("cold_start.json"))}
+    return {
+        "flow": flow_table(read("flow_speed.json")),
+        "cold": cold_table(read("cold_start.json")),
+        "long": long_table(read("long_inputs.json")),
+    }
 
 
 def with_tables(text: str, tables: dict[str, str], where: Path) -> str:
@@ -88,9 +153,9 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 when a table is stale")
     args = parser.parse_args()
     tables, stale = rendered(), []
-    for path in DOCUMENTS:
+    for path, names in DOCUMENTS.items():
         text = path.read_text(encoding="utf-8")
-        new = with_tables(text, tables, path)
+        new = with_tables(text, {name: tables[name] for name in names}, path)
         if new != text:
             stale.append(path)
             if not args.check:

@@ -359,6 +359,20 @@ def test_batched_texts_give_the_same_maps_as_one_at_a_time(models, bert_tokenize
             np.testing.assert_allclose(e.maps[m], single.maps[m], atol=1e-5)
 
 
+def test_a_per_text_target_follows_its_text_through_the_length_batches(models, bert_tokenizer):
+    """Texts are sorted into batches by length; each keeps its own class (it once got another's)."""
+    texts = ["good movie", "the unbelievable movie", "good", "movie"]
+    targets = [0, 2, 1, 2]
+    batched = explain_texts(
+        models["bert"], bert_tokenizer, texts, methods="chefer", target=targets, batch_size=2
+    )
+    for text, target, e in zip(texts, targets, batched, strict=True):
+        single = explain_text(models["bert"], bert_tokenizer, text, methods="chefer", target=target)
+        np.testing.assert_allclose(e.maps["chefer"], single.maps["chefer"], atol=1e-5)
+    with pytest.raises(ValueError, match="one class per text"):
+        explain_texts(models["bert"], bert_tokenizer, texts, methods="chefer", target=[0, 1])
+
+
 def test_causal_lms_explain_the_last_token_by_default(models):
     class Tok:  # a minimal byte-level tokenizer stand-in: one token per word, no padding token
         pad_token = None
@@ -389,12 +403,14 @@ def test_causal_lms_explain_the_last_token_by_default(models):
 def test_a_method_needing_attention_gradients_gets_them_for_the_predicted_class(
     models, bert_tokenizer, monkeypatch
 ):
+    from attnflow.explain.kit import attention_method
+
     seen = {}
 
-    def grad_times_attn(attn, *, attn_grad, residual=0.5, heads="mean", rows=None, lengths=None, mask=None):
-        seen["grad"] = attn_grad  # [batch,] layer, head, query, key
-        m = (attn * attn_grad).clip(min=0).mean(axis=-3)  # heads averaged: [..., L, T, T]
-        return m if rows is None else m[..., rows, :]
+    @attention_method(needs=("attn_grad",))  # the kit: needs declared once, fetched by name
+    def grad_times_attn(batch, *, heads, attn_grad):
+        seen["grad"] = attn_grad  # batch, layer, head, query, key
+        return batch.aggregate((batch.heads() * attn_grad).clip(min=0), heads)  # heads averaged: [B, L, T, T]
 
     monkeypatch.setitem(explain.EXPLAINERS, "gradx", grad_times_attn)
     e = explain_text(models["bert"], bert_tokenizer, "good movie", methods=["rollout", "gradx"])
@@ -405,7 +421,9 @@ def test_a_method_needing_attention_gradients_gets_them_for_the_predicted_class(
     )
     assert e.maps["gradx"].shape == (2, 4)
     # an input nobody can provide is named
-    monkeypatch.setitem(explain.EXPLAINERS, "lrp", lambda attn, *, relevance, **kw: attn)
+    monkeypatch.setitem(
+        explain.EXPLAINERS, "lrp", attention_method(needs=("relevance",))(lambda batch, **kw: None)
+    )
     with pytest.raises(ValueError, match="relevance"):
         explain_text(models["bert"], bert_tokenizer, "good", methods="lrp")
 

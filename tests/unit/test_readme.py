@@ -35,8 +35,10 @@ def test_readme_library_snippet_prints_what_it_shows(capsys):
 
 
 def test_the_library_comes_right_after_the_two_commands_and_its_example_runs_offline():
-    """Within the first 40 lines: one install line, the 5-line example (run here on the packaged
-    MiniLM), one CLI line and the picture it makes; no link into ../shared."""
+    """Within the first 40 lines: the docs link, one install line with the CPU-only torch line,
+    the 5-line example (run here on the packaged SST-2 classifier: a real prediction, explained by
+    rollout, flow and the class-specific Chefer and AttnLRP), one CLI line and the picture it
+    makes; no link into ../shared."""
     import numpy as np
     from PIL import Image
 
@@ -45,16 +47,22 @@ def test_the_library_comes_right_after_the_two_commands_and_its_example_runs_off
     (example,) = re.findall(r"```py\n(.*?)\n```", head, flags=re.S)
     assert len(example.splitlines()) == 5
     assert 'pip install "attnflow[hf,minilm]"' in head and "\nprints a token table" in head
+    assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in head
+    assert "https://attnflow.github.io/attnflow/" in "\n".join(
+        text.splitlines()[:8]
+    )  # the docs, near the top
     (cli,) = re.findall(r"`(attnflow explain [^`]*)`", head)
     (picture,) = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", head)
     assert max(Image.open(ROOT / picture).size) <= 4000
     assert "--out" in cli and "](../shared" not in text
     scope: dict = {}
     exec(compile(example, "README.md", "exec"), scope)
-    e, df = scope["e"], scope["df"]
-    assert e.tokens[0] == "[CLS]" and set(e.maps) == {"raw", "rollout", "flow"}
-    assert len(df) == 3 * e.num_layers * len(e.tokens)
+    e = scope["e"]
+    assert e.tokens[0] == "[CLS]" and list(e.maps) == ["rollout", "flow", "chefer", "attnlrp"]
+    assert e.label == "negative" and "e.label: 'negative'" in example  # a real prediction, as shown
+    assert len(e.to_pandas()) == 4 * e.num_layers * len(e.tokens)
     np.testing.assert_allclose(e.maps["flow"].sum(-1), 1.0, atol=1e-6)
+    assert "minilm-sst2" in cli and "chefer,attnlrp" in cli
 
 
 def _benchmark_tables():
@@ -70,9 +78,10 @@ def test_the_performance_tables_are_the_committed_benchmark_results():
     """README.md and docs/performance.md show what benchmarks/results/ holds (python benchmarks/tables.py)."""
     tables = _benchmark_tables()
     rendered = tables.rendered()
-    for path in tables.DOCUMENTS:
+    for path, names in tables.DOCUMENTS.items():
         text = path.read_text(encoding="utf-8")
-        assert tables.with_tables(text, rendered, path) == text, f"{path}: run python benchmarks/tables.py"
+        mine = {name: rendered[name] for name in names}
+        assert tables.with_tables(text, mine, path) == text, f"{path}: run python benchmarks/tables.py"
     result = json.loads((ROOT / "benchmarks" / "results" / "flow_speed.json").read_text(encoding="utf-8"))
     first = result["rows"][0]
     assert f"| {first['figure']} | {tables._num(first['ours'])} {first['unit']} |" in rendered["flow"]

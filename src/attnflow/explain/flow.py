@@ -20,13 +20,15 @@ def flow_rows(
     row_valid: np.ndarray,
     *,
     progress: bool | None = None,
+    threads: int | None = None,
 ) -> np.ndarray:
     """Max-flow values for many sources of a padded batch, in original positions.
 
     caps: (B, L, T, T) residual-mixed capacities, padding 0. Row r of sample b is a source at
     layer index row_layer[r] (0-based) whose out-capacities are supply[b, r] (T,); rows with
     row_valid[b, r] False are skipped. Returns (B, R, T): value from that source to input node j.
-    progress: see :func:`attention_flow`.
+    progress: see :func:`attention_flow`. threads: of the solver (None: the CPUs free now); each
+    thread holds a workspace the size of `caps`, so a very large graph is best solved on one.
     """
     batch, _, tokens, _ = caps.shape
     n_rows = row_layer.shape[0]
@@ -44,7 +46,7 @@ def flow_rows(
     sort = np.lexsort((row_layer[rr], bb))  # the solver wants rows grouped by (sample, layer)
     bb, rr = bb[sort], rr[sort]
     values = layered_max_flow(
-        packed, lengths, bb, row_layer[rr] + 1, packed_supply[bb, rr], progress=progress
+        packed, lengths, bb, row_layer[rr] + 1, packed_supply[bb, rr], progress=progress, threads=threads
     )  # (n, T)
     out = np.zeros((batch, n_rows, tokens))
     if order is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import aggregate_heads, prepare
+from ._common import aggregate_heads, is_torch, prepare
 
 __all__ = ["raw_attention"]
 
@@ -26,6 +26,8 @@ def raw_attention(
     torch); lengths (batch,) or mask (batch, key) mark real tokens of a padded batch.
     renormalize: rescale each head's rows to sum to 1 instead of rejecting rows that do not.
     Returns [..., layer, query, key] of the input's kind; padded rows and columns are exactly 0.
+    A torch tensor is computed with torch on its own device, in its dtype promoted to at least
+    float32 (pass ``attn.double()`` for float64); numpy in float64.
 
     >>> import numpy as np
     >>> attn = np.array([[[[1.0, 0.0], [0.5, 0.5]], [[0.0, 1.0], [0.5, 0.5]]]])  # (1 layer, 2 heads, 2, 2)
@@ -34,6 +36,11 @@ def raw_attention(
     >>> raw_attention(attn, heads=1)[0, 0].tolist()
     [0.0, 1.0]
     """
+    if is_torch(attn):
+        from . import _torch
+
+        t = _torch.prepare(attn, lengths=lengths, mask=mask, renormalize=renormalize)
+        return t.to_output(_torch.aggregate_heads(t, heads))
     p = prepare(attn, lengths=lengths, mask=mask, renormalize=renormalize)
     w = aggregate_heads(p, heads, renormalize=renormalize)  # (B, L, T, T)
     return p.to_output(w)

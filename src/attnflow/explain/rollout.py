@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ._common import aggregate_heads, check_residual, mix_residual, prepare
+from ._common import aggregate_heads, check_residual, is_torch, mix_residual, prepare
 
 __all__ = ["attention_rollout"]
 
@@ -39,6 +39,8 @@ def attention_rollout(
     attn: [layer, head, query, key] or [batch, layer, head, query, key] (numpy or torch);
     lengths / mask mark real tokens of a padded batch; renormalize rescales input rows.
     Returns [..., layer, query, key] of the input's kind; padded rows and columns are exactly 0.
+    A torch tensor is computed with torch on its own device, in its dtype promoted to at least
+    float32 (pass ``attn.double()`` for float64); numpy in float64.
 
     >>> import numpy as np
     >>> a1 = [[1.0, 0.0], [0.5, 0.5]]
@@ -50,6 +52,13 @@ def attention_rollout(
     [[1.0, 0.0], [0.25, 0.75]]
     """
     residual = check_residual(residual)
+    if is_torch(attn):
+        from . import _torch
+
+        t = _torch.prepare(attn, lengths=lengths, mask=mask, renormalize=renormalize)
+        return t.to_output(
+            _torch.rollout(_torch.mix_residual(_torch.aggregate_heads(t, heads), t.valid, residual))
+        )
     p = prepare(attn, lengths=lengths, mask=mask, renormalize=renormalize)
     w = aggregate_heads(p, heads, renormalize=renormalize)  # (B, L, T, T)
     return p.to_output(_rollout(mix_residual(w, p.valid, residual)))

@@ -1,10 +1,11 @@
 """One-call explanations: `explain_text(s)` and `explain_image` run a model once per batch and apply
-the explainers of `attnflow.explain.EXPLAINERS` (`_explain_batch`).
+the explainers of `attnflow.explain.EXPLAINERS` (`explain_batch`).
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -12,15 +13,21 @@ import numpy as np
 import torch
 
 from attnflow.bridge import NEEDS, forward
+from attnflow.bridge.hf import AttentionOutput, Target
+from attnflow.devices import model_device
 from attnflow.hf.explanation import Explanation
-from attnflow.hf.forward import AttentionOutput, Target, _model_device
 from attnflow.hf.loading import _tokenize, check_vocabulary, max_input_tokens
 from attnflow.hf.methods import INPUT_PROVIDERS, MODEL_METHODS, InputContext, _method_specs
-from attnflow.hf.rows import _check_layer, _is_causal, _pools_without_pad_id, _row_position, _scored_positions
+from attnflow.hf.rows import (
+    _check_layer,
+    _pools_without_pad_id,
+    _scored_positions,
+    is_causal_model,
+)
 from attnflow.hf.words import _label, merge_scores, word_groups
 
 
-def _explain_batch(
+def explain_batch(
     model: Any,
     inputs: Mapping[str, Any],
     *,
@@ -32,17 +39,26 @@ def _explain_batch(
     target: Target,
     extra_inputs: Mapping[str, Any] | None,
     mask_token_id: int | None = None,
+    stream: bool | None = None,
 ) -> tuple[AttentionOutput, list[dict[str, Any]]]:
     """Run the model once on a batch, then every method: one call for the whole batch when every
     sample explains the same row (padding passed as `mask`), else one call per sample on its real
     tokens. Returns the forward and, per sample, maps (L, T_b), row, layer, logits.
 
     A language model's logits (and gradients) are read at the explained row when it is a position,
-    else at the last real token; a masked LM's "auto" row is the first `mask_token_id`."""
-    from attnflow.explain import select_rows
+    else at the last real token; a masked LM's "auto" row is the first `mask_token_id`.
+
+    stream: compute raw, rollout and flow inside the forward (`attnflow.stream`, float64, the same
+    numbers) instead of capturing (B, L, H, T, T). None (default): whenever every method is one of
+    those, heads="mean", the row is one position and the input is text; False: never."""
+    from attnflow.explain.apply import RowSpec, apply
+    from attnflow.methods import METHODS, MethodRecord
 
     specs = _method_specs(methods)
     extra_inputs = dict(extra_inputs or {})
+    if stream is not False and _streamable(model, inputs, specs, rows, heads, extra_inputs):
+        return _stream_batch(model, inputs, [name for name, _, _ in specs], layer=layer, rows=rows,
+                             residual=residual, mask_token_id=mask_token_id)  # fmt: skip
     needs = {n for _, _, ns in specs for n in ns} - set(extra_inputs)
     custom = sorted(needs - set(NEEDS))  # made by a registered provider, not by the bridge
     if missing := [n for n in custom if n not in INPUT_PROVIDERS]:
@@ -60,14 +76,15 @@ def _explain_batch(
     made = {**out.inputs, **{n: INPUT_PROVIDERS[n](ctx) for n in custom}}
     bsz, num_layers, _, tokens, _ = out.attentions.shape
     layer = _check_layer(layer, num_layers)
-    causal = _is_causal(model)
+    causal = is_causal_model(model)
     valid = out.attention_mask
     valid = np.ones((bsz, tokens), dtype=bool) if valid is None else valid.cpu().numpy()  # (B, T)
     idx = [np.flatnonzero(v) for v in valid]  # real positions of each sample
+    at = None
     if positions is not None and rows == "auto":  # a masked LM: its mask position
-        row_of = [int(np.searchsorted(i, int(p))) for i, p in zip(idx, positions, strict=True)]
-    else:
-        row_of = [_row_position(rows, len(i), causal) for i in idx]
+        at = [int(np.searchsorted(i, int(p))) for i, p in zip(idx, positions, strict=True)]
+    spec = RowSpec(rows, causal=causal)
+    row_of = at if at is not None else [spec.position(len(i)) for i in idx]
     attn_all = _float64_attentions(out.attentions, valid)  # (B, L, H, T, T)
     made = {
         k: torch.as_tensor(v).detach().to(device="cpu", dtype=torch.float64).numpy() for k, v in made.items()
@@ -78,29 +95,13 @@ def _explain_batch(
             for b, m in enumerate(fn(ctx, valid, out.positions)):
                 maps[b][name] = m  # (L, T_b)
             continue
-        row = row_of[0]
-        shared = all(r == row for r in row_of) and not set(ns) & set(extra_inputs)
-        if shared and (isinstance(row, str) or valid[:, row].all()):
-            # one call for the batch (same row everywhere, e.g. [CLS]): padding handled by `mask`
-            kwargs = {k: made[k] for k in ns}
-            m = fn(attn_all, residual=residual, heads=heads, rows=None if isinstance(row, str) else [row],
-                   mask=valid, **kwargs)  # fmt: skip
-            m = np.asarray(m, dtype=np.float64)  # (B, L, rows, T)
-            m = select_rows(m, row, mask=valid) if isinstance(row, str) else m[:, :, 0, :]  # (B, L, T)
-            for b in range(bsz):
-                maps[b][name] = m[b][:, idx[b]]  # (L, T_b)
-            continue
-        for b in range(bsz):  # one sample at a time, real tokens only
-            i, row = idx[b], row_of[b]
-            attn = attn_all[b][:, :, i][:, :, :, i]  # (L, H, T_b, T_b)
-            kwargs = {
-                k: extra_inputs[k] if k in extra_inputs else made[k][b][:, :, i][:, :, :, i] for k in ns
-            }
-            m = fn(
-                attn, residual=residual, heads=heads, rows=None if isinstance(row, str) else [row], **kwargs
-            )
-            m = np.asarray(m, dtype=np.float64)  # (L, rows, T_b)
-            maps[b][name] = select_rows(m, row) if isinstance(row, str) else m[:, 0, :]  # (L, T_b)
+        record = METHODS.get(name)
+        if record is None or record.function is not fn:  # a method of the caller's, not (yet) recorded
+            record = MethodRecord(name, name, fn, needs=ns)
+        got = apply([record], attn_all, {**made, **extra_inputs}, spec, residual=residual, heads=heads,
+                    valid=valid, per_sample_inputs=tuple(extra_inputs), at=at)  # fmt: skip
+        for b in range(bsz):
+            maps[b][name] = got[b][name]  # (L, T_b)
     lm = out.logits is not None and out.logits.ndim == 3
     results = []
     for b in range(bsz):
@@ -114,6 +115,88 @@ def _explain_batch(
         results.append(
             {"maps": maps[b], "row": row_of[b], "layer": layer, "logits": logits, "lm": lm, "keep": keep}
         )
+    return out, results
+
+
+def _batch_target(target: Target, idx: Sequence[int], n_texts: int) -> Target:
+    """The target of the texts `idx` (one length batch): a per-text sequence is cut to them; a
+    class, "predicted", a callable or None applies to every text as it is."""
+    if isinstance(target, str | int | np.integer) or target is None or callable(target):
+        return target
+    per_text = target.tolist() if isinstance(target, torch.Tensor | np.ndarray) else list(target)
+    if len(per_text) != n_texts:
+        raise ValueError(f"a per-text target must give one class per text ({n_texts}), got {len(per_text)}")
+    return [per_text[i] for i in idx]
+
+
+def _streamable(
+    model: Any, inputs: Mapping[str, Any], specs: list, rows: Any, heads: Any, extra_inputs: Mapping[str, Any]
+) -> bool:
+    """Whether `explain_batch` can compute every method inside the forward (`attnflow.stream`)."""
+    from attnflow.bridge import is_study_model
+    from attnflow.methods import METHODS
+    from attnflow.stream import STREAM_METHODS
+
+    modeling = sys.modules.get(type(model).__module__)
+    return (
+        heads == "mean"
+        and model_device(model).type != "meta"  # the classic path refuses it in one line
+        and not getattr(getattr(model, "config", None), "is_encoder_decoder", False)
+        and hasattr(modeling, "eager_attention_forward")  # transformers' attention interface
+        and not extra_inputs
+        and rows not in ("max", "mean")
+        and isinstance(inputs.get("input_ids"), torch.Tensor)
+        and not is_study_model(model)
+        and all(name in STREAM_METHODS and METHODS[name].function is fn for name, fn, _ in specs)
+    )
+
+
+def _stream_batch(
+    model: Any,
+    inputs: Mapping[str, Any],
+    names: list[str],
+    *,
+    layer: int,
+    rows: Any,
+    residual: float,
+    mask_token_id: int | None,
+) -> tuple[AttentionOutput, list[dict[str, Any]]]:
+    """`explain_batch` for raw / rollout / flow, computed inside the forward in float64."""
+    from attnflow.bridge import Captured
+    from attnflow.bridge.hf import last_positions
+    from attnflow.explain.apply import RowSpec
+    from attnflow.stream import stream_maps
+
+    ids = inputs["input_ids"]
+    batch = {k: v for k, v in inputs.items() if k not in ("offset_mapping", "special_tokens_mask")}
+    mask = inputs.get("attention_mask")
+    valid = (torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()).cpu()
+    idx = [np.flatnonzero(v.numpy()) for v in valid]  # real positions of each sample
+    scored = _scored_positions(model, inputs, rows, mask_token_id)  # (B,) absolute, or None
+    if scored is not None and rows == "auto":  # a masked LM: its mask position
+        row_of = [int(np.searchsorted(i, int(p))) for i, p in zip(idx, scored, strict=True)]
+    else:
+        spec = RowSpec(rows, causal=is_causal_model(model))
+        row_of = [spec.position(len(i)) for i in idx]
+    at = torch.tensor([[int(i[r])] for i, r in zip(idx, row_of, strict=True)], device=ids.device)  # (B, 1)
+    if scored is None:
+        scored = last_positions(valid.to(ids.device), ids.shape[0], ids.shape[1], ids.device)
+    got = stream_maps(model, batch, at, names, residual=residual, dtype=torch.float64,
+                      logits_at=scored.to(ids.device))  # fmt: skip
+    num_layers = got[names[0]].shape[1]
+    layer = _check_layer(layer, num_layers)
+    logits = got["logits"]
+    head = getattr(model, "get_output_embeddings", lambda: None)()
+    lm = logits is not None and head is not None  # a language model's next-token (or masked) logits
+    results = []
+    for b, keep in enumerate(idx):
+        maps = {
+            name: got[name][b, :, 0][:, torch.from_numpy(keep)].cpu().numpy() for name in names
+        }  # (L, T_b)
+        z = None if logits is None else logits[b].float().cpu().numpy()
+        results.append({"maps": maps, "row": row_of[b], "layer": layer, "logits": z, "lm": bool(lm),
+                        "keep": valid[b]})  # fmt: skip
+    out = Captured(logits=logits, attentions=None, attention_mask=valid, positions=scored)
     return out, results
 
 
@@ -171,7 +254,7 @@ def explain_texts(
     texts = list(texts)
     if not all(isinstance(t, str) for t in texts):
         raise ValueError("texts must be strings")
-    device = _model_device(model)
+    device = model_device(model)
     limit = max_input_tokens(model, tokenizer)
     _method_specs(methods)  # fail on a bad method before any work
     if getattr(tokenizer, "pad_token", None) is None or _pools_without_pad_id(model):
@@ -194,9 +277,10 @@ def explain_texts(
     try:
         for idx in length_batches(lengths, batch_size):
             enc = _tokenize(tokenizer, [texts[i] for i in idx], limit=limit, truncate=truncate, device=device)
-            _, per_sample = _explain_batch(
+            _, per_sample = explain_batch(
                 model, enc, methods=methods, layer=layer, rows=rows, residual=residual, heads=heads,
-                target=target, extra_inputs=extra_inputs, mask_token_id=getattr(tokenizer, "mask_token_id", None),
+                target=_batch_target(target, idx, len(texts)), extra_inputs=extra_inputs,
+                mask_token_id=getattr(tokenizer, "mask_token_id", None),
             )  # fmt: skip
             for r, i in enumerate(idx):
                 res = per_sample[r]
@@ -308,8 +392,8 @@ def explain_image(
         if image is None:
             raise ValueError("pass the image to explain along with the image processor")
         pixels = source(images=image, return_tensors="pt")["pixel_values"]
-    pixels = pixels.to(_model_device(model))
-    out, per_sample = _explain_batch(
+    pixels = pixels.to(model_device(model))
+    out, per_sample = explain_batch(
         model, {"pixel_values": pixels}, methods=methods, layer=layer, rows=rows, residual=residual,
         heads=heads, target=target, extra_inputs=extra_inputs,
     )  # fmt: skip

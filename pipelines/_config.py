@@ -43,7 +43,16 @@ OmegaConf.register_new_resolver("methods", method_names, replace=True)
 
 
 class ConfigError(ValueError):
-    """The config is invalid; the message names the file and the key."""
+    """The config is invalid; the message (one line) names the file, the key and the value."""
+
+
+def one_line(text: str) -> str:
+    r"""`text` on one line: its lines joined by "; ", runs of spaces collapsed.
+
+    >>> one_line("Could not override 'x'.\nTo append to your config use +x=1\n")
+    "Could not override 'x'.; To append to your config use +x=1"
+    """
+    return "; ".join(" ".join(ln.split()) for ln in text.splitlines() if ln.strip())
 
 
 def compose(
@@ -54,7 +63,8 @@ def compose(
         with initialize_config_dir(config_dir=str(config_dir.resolve()), version_base="1.3"):
             cfg = hydra_compose(config_name=name, overrides=list(overrides))
     except Exception as exc:  # hydra's override / missing-group errors
-        raise ConfigError(f"{config_dir / name}.yaml: {exc}") from None
+        message = one_line(str(exc)).split("; Config search path")[0]  # hydra's search path: noise here
+        raise ConfigError(f"{config_dir / name}.yaml: {message}") from None
     return validate(cfg, source=str(config_dir / f"{name}.yaml"))
 
 
@@ -63,9 +73,18 @@ def _merge(schema: Any, node: Any, where: str, source: str) -> DictConfig:
         merged = OmegaConf.merge(OmegaConf.structured(schema), node)
         OmegaConf.resolve(merged)
     except OmegaConfBaseException as exc:
-        key = f"{where}.{exc.full_key}" if where and getattr(exc, "full_key", None) else where
+        full = getattr(exc, "full_key", None)
+        key = f"{where}.{full}" if where and full else (full or where)
+        # OmegaConf appends "full_key: ..." and "object_type=..." lines: the key is named already
+        message = one_line(
+            "\n".join(
+                ln
+                for ln in str(exc).splitlines()
+                if not ln.strip().startswith(("full_key:", "object_type=", "reference_type="))
+            )
+        )
         raise ConfigError(
-            f"{source}: {key + ': ' if key else ''}{exc.__class__.__name__}: {exc}".strip()
+            f"{source}: {key + ': ' if key else ''}{message} ({exc.__class__.__name__})".strip()
         ) from None
     if missing := sorted(OmegaConf.missing_keys(merged)):
         raise ConfigError(
@@ -125,3 +144,81 @@ def write(cfg: DictConfig, path: str | Path = PARAMS) -> None:
     write_text(
         path, "# Generated from conf/ by `python -m pipelines.compose`; do not edit by hand.\n" + dump(cfg)
     )
+
+
+# The config groups whose choice names a run (MLflow tags and run names): which protocol computed
+# Tables 1-2, which recipe trained the agreement model, which sensitivity switch is on.
+CHOICE_GROUPS = ("protocol", "recipe", "switch")
+
+
+def _option_leaves(path: Path) -> dict[str, Any]:
+    """The flattened values a group option sets, at their place in the whole config (its
+    ``# @package`` line: ``_global_`` or a dotted node such as ``task.agreement``)."""
+    text = path.read_text(encoding="utf-8")
+    package = ""
+    for line in text.splitlines():
+        if line.startswith("# @package"):
+            package = line.split(None, 2)[2].strip()
+            break
+    node = OmegaConf.to_container(OmegaConf.create(text)) or {}
+    prefix = "" if package in ("", "_global_") else package + "."
+
+    def walk(tree: Any, at: str) -> dict[str, Any]:
+        if isinstance(tree, dict) and tree:
+            out: dict[str, Any] = {}
+            for k, v in tree.items():
+                out.update(walk(v, f"{at}{k}."))
+            return out
+        return {at[:-1]: tree}
+
+    return walk(node, prefix)
+
+
+def group_choices(config: dict[str, Any], *, config_dir: Path = CONF_DIR) -> dict[str, str]:
+    """Which option of each CHOICE_GROUPS group `config` was composed with, e.g.
+    ``{"protocol": "final_notebook", "recipe": "authors"}`` (``switch`` only when one is on).
+
+    Inside a Hydra job (a sweep) Hydra's own record; otherwise (params.yaml, `dvc repro`) read
+    back from the values: the option whose file's values `config` holds most (values it holds minus
+    values it overrides; a key some switch also sets does not count), "custom" when none holds more
+    than it overrides, so an explicit override of one of an option's keys (a smaller sample) does
+    not hide the choice; a switch is on when `config` holds all of its values and at least one
+    differs from what the chosen protocol and recipe give.
+    """
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        chosen = HydraConfig.get().runtime.choices
+        return {g: str(chosen[g]) for g in CHOICE_GROUPS if chosen.get(g) not in (None, "null")}
+    flat = _flatten(config)
+    switches = sorted((config_dir / "switch").glob("*.yaml")) if (config_dir / "switch").is_dir() else []
+    # a switch may override a protocol's value (no_eos vs paper's <eos>): those keys do not decide
+    switched = {k for path in switches for k in _option_leaves(path)}
+    out: dict[str, str] = {}
+    for group in ("protocol", "recipe"):
+        scores = []
+        for path in sorted((config_dir / group).glob("*.yaml")):
+            leaves = _option_leaves(path)
+            decisive = {k: v for k, v in leaves.items() if k not in switched} or leaves
+            agree = sum(flat.get(k) == v for k, v in decisive.items())
+            scores.append((agree - (len(decisive) - agree), agree, path.stem))
+        best = max(scores, default=(0, 0, "custom"))
+        out[group] = best[2] if best[0] > 0 else "custom"
+    options = [(path.stem, _option_leaves(path)) for path in switches]
+    held = [(name, leaves) for name, leaves in options if all(flat.get(k) == v for k, v in leaves.items())]
+    if held:  # compose the chosen protocol and recipe only when a switch's values are all there
+        base = _flatten(to_dict(compose([f"{g}={out[g]}" for g in ("protocol", "recipe") if out[g] != "custom"],
+                                        config_dir=config_dir)))  # fmt: skip
+        on = [name for name, leaves in held if any(base.get(k) != v for k, v in leaves.items())]
+        if on:
+            out["switch"] = ",".join(on)
+    return out
+
+
+def _flatten(tree: Any, at: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict) and tree:
+        out: dict[str, Any] = {}
+        for k, v in tree.items():
+            out.update(_flatten(v, f"{at}{k}."))
+        return out
+    return {at[:-1]: tree}

@@ -60,6 +60,7 @@ def stage_run(cfg: DictConfig, stage: str, task: str | None = None, inputs: Sequ
     with tracking.stage_run(
         config, stage=stage, dataset=task, inputs=inputs, params=declared.params,
         description=(module.__doc__ or "").strip() or None, overrides=lambda: overrides(config),
+        choices=_config.group_choices(config),
     ) as run:  # fmt: skip
         yield run
         tracking.log_outputs(run, declared, task=task, model_name=registered_name(task) if task else None)

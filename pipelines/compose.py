@@ -26,7 +26,10 @@ def run(overrides: list[str], *, check: bool = False, path: Path = _config.PARAM
 def main() -> None:
     args = sys.argv[1:]
     check = "--check" in args
-    in_sync = run([a for a in args if a != "--check"], check=check)
+    try:
+        in_sync = run([a for a in args if a != "--check"], check=check)
+    except _config.ConfigError as exc:  # one line naming the file, key and value: no traceback
+        sys.exit(f"error: {exc}")
     if check and not in_sync:
         sys.exit("params.yaml differs from conf/: run `python -m pipelines.compose`")
     print("params.yaml is in sync with conf/" if check else "wrote params.yaml")

@@ -6,6 +6,7 @@ from omegaconf import DictConfig
 
 from attnflow.report import build_report
 from attnflow.report.inputs import input_paths
+from attnflow.sweep import code_state
 from pipelines import _config, _stage
 
 
@@ -14,7 +15,9 @@ def run(cfg: DictConfig) -> None:
     inputs = [p for task in cfg.tasks for p in input_paths(task, paths).values() if p.is_file()]
     inputs += [paths.sweep] if paths.sweep.is_file() else []
     with _stage.stage_run(cfg, "report", inputs=inputs) as mlrun:
-        report = build_report(tasks=list(cfg.tasks), paths=paths, config=_config.to_dict(cfg))
+        report = build_report(
+            tasks=list(cfg.tasks), paths=paths, config=_config.to_dict(cfg), code=code_state(_config.ROOT)
+        )
         mlrun.log_metrics(report.cells)  # "<task>/corr/<importance>/<method>/L<k>" (step = layer), ...
         # the parent has the cells from the task stages; it gets the deltas to the paper and the report
         mlrun.log_metrics({k: v for k, v in report.cells.items() if "/delta/" in k}, parent=True)

@@ -3,8 +3,9 @@
 Each job runs every stage in its own folder (``multirun/<study>/<job number>/``), logs to the shared
 MLflow store, and writes the same files as ``dvc repro`` below that folder. When the sweep ends,
 :class:`AggregateSeeds` stacks the correlation tables of the jobs that finished into
-``reports/sweep/correlations.csv`` (column ``seed`` added) and lists every job, failed ones with
-their error, in ``reports/sweep/jobs.json``; the report stage reads both (a declared dependency, so
+``reports/sweep/correlations.csv`` (columns ``seed`` and ``commit`` added) and lists every job, failed
+ones with their error, with the code that ran it (``provenance.json``: commit, dirty flag, digest of
+src/, pipelines/, conf/) in ``reports/sweep/jobs.json``; the report stage reads both (a declared dependency, so
 ``dvc repro`` refreshes the report). Launchers: ``hydra/launcher=local`` (default, joblib
 processes), ``hydra/launcher=cluster`` (SLURM) or ``hydra/launcher=submitit_local``.
 """
@@ -39,7 +40,11 @@ def localize(cfg: DictConfig) -> DictConfig:
 
 
 def run(cfg: DictConfig) -> None:
-    """Run every stage for every task in the current folder."""
+    """Run every stage for every task in the current folder, after recording which code runs them."""
+    from attnflow.io import write_json
+    from attnflow.sweep import PROVENANCE_FILE, code_state
+
+    write_json(Path(PROVENANCE_FILE), code_state(_config.ROOT))
     _config.write(cfg, Path("params.yaml"))
     for task in cfg.tasks:
         for stage in TASK_STAGES:

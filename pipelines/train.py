@@ -28,7 +28,9 @@ def run(cfg: DictConfig, task: str) -> None:
             trainer_cfg=cfg.trainer,
             seed=cfg.seed,
             logger=tracking.lightning_logger(mlrun),
+            timing_path=paths.train_timing(task),  # apart: a time differs on every run, the metrics must not
         )
+        mlrun.log_artifact(paths.train_timing(task))
         for name, target in REPORTED.items():
             with atomic_path(paths.task_reports(task) / target) as tmp:
                 shutil.copyfile(out_dir / name, tmp)

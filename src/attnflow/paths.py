@@ -115,6 +115,10 @@ class StudyPaths:
     def train_metrics(self, task: str) -> Path:
         return self.task_reports(task) / "train_metrics.json"
 
+    def train_timing(self, task: str) -> Path:
+        """The training run's wall-clock figures: apart from the metrics, which repeat exactly."""
+        return self.task_reports(task) / "train_timing.json"
+
     def correlations(self, task: str) -> Path:
         """The results contract: one tidy row per (importance, method, head, layer, variant)."""
         return self.task_reports(task) / "correlations.parquet"
@@ -162,6 +166,16 @@ class StudyPaths:
     def generations(self) -> Path:
         """Every explained generation (M per method and option), for figures and scripts."""
         return self.explain / "generation"
+
+    @property
+    def pronouns(self) -> Path:
+        """The pronoun test's tables (sentences, scores, shares .parquet; summary.json)."""
+        return self.reports / "pronouns"
+
+    @property
+    def pronoun_maps(self) -> Path:
+        """The pronoun test's maps [layer, token] per method, one per sentence (attnflow.io ragged, by sentence_id)."""
+        return self.explain / "pronouns" / "maps.safetensors"
 
     def sweep_table(self, name: str = "sweep") -> Path:
         """A sweep's finished jobs' correlation tables, stacked (``pipelines.study``); ``name`` is

@@ -6,10 +6,17 @@ A sweep (``python -m pipelines.study -m seed=0,1,2``) runs each job in its own f
 table (one row per job and cell, columns of the correlation table plus ``seed`` and ``job``) goes to
 ``reports/sweep/correlations.csv``, the jobs' faithfulness tables to ``reports/sweep/faithfulness.csv``;
 the report groups them by cell.
+
+Provenance: each job writes ``provenance.json`` (:func:`code_state`: the commit, a dirty flag and a
+digest of the code in ``src/``, ``pipelines/`` and ``conf/``) before its first stage; the stacked
+tables carry the job's ``commit`` and ``jobs.json`` the whole record, so the report can name the code
+behind every number and refuse to mix codes (:func:`mixed_code`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +26,87 @@ import pandas as pd
 from attnflow.io import read_json, read_parquet, write_json, write_text
 from attnflow.paths import StudyPaths
 
-__all__ = ["stack_jobs"]
+__all__ = ["CODE_DIRS", "PROVENANCE_FILE", "code_state", "mixed_code", "stack_jobs"]
+
+CODE_DIRS = ("src", "pipelines", "conf")  # the code a result depends on; docs, tests, reports are not
+PROVENANCE_FILE = "provenance.json"  # in each job's folder
+_JUNK = ("__pycache__", ".egg-info", ".pyc", ".so")  # build outputs, when git cannot list the files
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _code_files(root: Path, folder: str) -> list[str]:
+    """The files of ``folder`` that make up the code: git's tracked and not-ignored untracked files
+    (build outputs are ignored), else every file but obvious build outputs."""
+    listed = _git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", folder)
+    if listed is not None:
+        names = {n for n in listed.split("\0") if n}
+        return sorted(n for n in names if (root / n).is_file())  # a deleted tracked file is not code
+    base = root / folder
+    return sorted(
+        p.relative_to(root).as_posix()
+        for p in base.rglob("*")
+        if p.is_file() and not any(j in part for part in p.parts for j in _JUNK)
+    )
+
+
+def code_state(root: str | Path, dirs: Sequence[str] = CODE_DIRS) -> dict[str, Any]:
+    """Which code is at ``root``: ``commit`` (HEAD, or None outside git), ``dirty`` (files of
+    ``dirs`` differ from HEAD, untracked ones included) and ``code``: per folder, the sha256 over its
+    files' paths and bytes. Equal digests mean the same code, whatever the commit (a commit that
+    changes only docs keeps them); a dirty tree still gets an exact digest.
+    """
+    root = Path(root)
+    head = _git(root, "rev-parse", "HEAD")
+    status = _git(root, "status", "--porcelain", "--untracked-files=all", "--", *dirs)
+    code = {}
+    for folder in dirs:
+        h = hashlib.sha256()
+        for name in _code_files(root, folder):
+            h.update(name.encode() + b"\0")
+            h.update(hashlib.sha256((root / name).read_bytes()).digest())
+        code[folder] = h.hexdigest()[:16]
+    return {
+        "commit": head.strip() if head else None,
+        "dirty": bool(status.strip()) if status is not None else None,
+        "code": code,
+    }
+
+
+def mixed_code(states: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+    """One line per code folder whose digest differs between the named runs (a run without a record
+    counts as differing: its code is unknown); empty when every run ran the same code.
+
+    >>> a = {"commit": "aaa", "dirty": False, "code": {"src": "1", "conf": "2"}}
+    >>> b = {"commit": "bbb", "dirty": False, "code": {"src": "1", "conf": "3"}}
+    >>> mixed_code({"seed 0": a, "job 1": b})
+    ['conf/: seed 0 (aaa) differs from job 1 (bbb)']
+    """
+    if not states:
+        return []
+    names = list(states)
+    unknown = [n for n in names if not states[n] or not states[n].get("code")]
+    if unknown:
+        return [f"{', '.join(unknown)}: no record of the code that ran (run before provenance was recorded)"]
+    label = {n: _label(states[n]) for n in names}
+    lines = []
+    folders = sorted({f for n in names for f in states[n]["code"]})
+    for folder in folders:
+        first = names[0]
+        others = [n for n in names[1:] if states[n]["code"].get(folder) != states[first]["code"].get(folder)]
+        lines += [f"{folder}/: {first} ({label[first]}) differs from {n} ({label[n]})" for n in others]
+    return lines
+
+
+def _label(state: Mapping[str, Any]) -> str:
+    commit = (state.get("commit") or "no commit")[:12]
+    return f"{commit}+dirty" if state.get("dirty") else commit
 
 
 def _last_line(path: Path) -> str:
@@ -70,6 +157,8 @@ def stack_jobs(
         overrides = job / ".hydra" / "overrides.yaml"
         given = yaml.safe_load(overrides.read_text()) if overrides.is_file() else []
         seed = params.get("seed", next((o.split("=", 1)[1] for o in given if o.startswith("seed=")), None))
+        provenance = read_json(job / PROVENANCE_FILE) if (job / PROVENANCE_FILE).is_file() else None
+        commit = _label(provenance) if provenance else None
         record = {
             "job": job.name,
             "seed": int(seed) if seed is not None else None,
@@ -77,6 +166,7 @@ def stack_jobs(
             "recipe": " ".join(
                 o for o in given if not o.startswith("seed=")
             ),  # what the job varies besides the seed
+            "provenance": provenance,  # the code that ran the job (None: not recorded)
         }
         done = all(job_paths.correlations(t).is_file() for t in tasks)
         if (job / error_file).is_file():
@@ -88,12 +178,14 @@ def stack_jobs(
             record["accuracy"] = {t: _accuracy(job_paths.train_metrics(t)) for t in tasks}
             tables += [
                 read_parquet(job_paths.correlations(t)).assign(
-                    seed=record["seed"], job=job.name, overrides=record["recipe"]
+                    seed=record["seed"], job=job.name, overrides=record["recipe"], commit=commit
                 )
                 for t in tasks
             ]
             faithfulness += [
-                read_parquet(job_paths.faithfulness(t)).assign(seed=record["seed"], job=job.name, task=t)
+                read_parquet(job_paths.faithfulness(t)).assign(
+                    seed=record["seed"], job=job.name, task=t, commit=commit
+                )
                 for t in tasks
                 if job_paths.faithfulness(t).is_file()
             ]

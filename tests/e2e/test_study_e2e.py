@@ -302,6 +302,16 @@ def test_hydra_sweep_runs_each_seed_and_aggregates_the_finished_jobs(tmp_path):
     ]
     assert sorted(cell["mean"].round(12)) == sorted(round(m, 12) for m in per_seed)
     assert sorted(cell["seed"]) == [0, 1]
+    # provenance: every finished job names the code that ran it, and the stacked rows its commit
+    from attnflow.sweep import code_state
+
+    here = code_state(root)  # the digests are not compared: a checkout being edited changes them
+    records = [j["provenance"] for j in jobs_file["jobs"] if j["status"] == "finished"]
+    assert [(r["commit"], sorted(r["code"])) for r in records] == [
+        (here["commit"], ["conf", "pipelines", "src"])
+    ] * 2
+    labels = {r["commit"][:12] + ("+dirty" if r["dirty"] else "") for r in records}
+    assert set(stacked["commit"]) == labels
 
 
 @pytest.mark.slow

@@ -39,10 +39,12 @@ def test_declared_reads_the_stage_params_and_outputs_from_dvc_yaml(config):
     assert set(d.params) == {"seed", "trainer", "task.agreement.model", "task.agreement.train"}
     assert d.params["task.agreement.model"] == config["task"]["agreement"]["model"]
     assert [p.as_posix() for p in d.outs] == [
-        "models/agreement", "reports/agreement/train_metrics.json", "reports/agreement/curve.csv",
-        "reports/agreement/curve.png",
+        "models/agreement", "reports/agreement/train_metrics.json", "reports/agreement/train_timing.json",
+        "reports/agreement/curve.csv", "reports/agreement/curve.png",
     ]  # fmt: skip
-    assert [p.as_posix() for p in d.metrics] == ["reports/agreement/train_metrics.json"]
+    assert [p.as_posix() for p in d.metrics] == [
+        "reports/agreement/train_metrics.json", "reports/agreement/train_timing.json"
+    ]  # fmt: skip
     assert tracking.declared(DVC_YAML, "no-such-stage", item=None, config=config) == tracking.Declared()
 
 
@@ -69,7 +71,7 @@ def test_stage_logs_declared_params_outputs_wall_time_and_parent_headline(config
     assert len(parent.data.params) == len(tracking.flatten(config))  # the parent has the whole config
     assert got.data.tags[tracking.NOTE_TAG] == "Stage correlate."
     assert "`seed=3`" in parent.data.tags[tracking.NOTE_TAG]
-    assert parent.data.tags["mlflow.runName"].startswith(f"{config['study']} seed=3 ")
+    assert parent.data.tags["mlflow.runName"].startswith("seed=3 ")
     history = client.get_metric_history(run_id, "corr/blank_out/flow")
     assert [(m.step, m.value) for m in history] == [(1, 0.1), (2, 0.2), (3, 0.3)]  # one point per layer
     assert [m.step for m in client.get_metric_history(run_id, "correlations.blank_out.flow.std")] == [1, 2, 3]
@@ -156,4 +158,81 @@ def test_stage_run_of_a_script_logs_its_docstring_and_declared_params(config):
     assert got.data.tags[tracking.NOTE_TAG] == correlate.__doc__.strip()
     assert set(got.data.params) == set(
         tracking.flatten(tracking.declared(DVC_YAML, "correlate", item="agreement", config=config).params)
+    )
+
+
+def test_a_protocol_run_is_told_from_a_seed_run_by_its_name_and_tags(tmp_path, monkeypatch):
+    # the issue: a protocol=final_notebook parent was named like a seed run, the protocol nowhere
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    uri = f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"
+    names, tags = {}, {}
+    for label, overrides in (("seed", ["seed=1"]), ("protocol", ["protocol=final_notebook"])):
+        config = _config.to_dict(_config.compose([uri, *overrides]))
+        choices = _config.group_choices(config)
+        with tracking.stage_run(config, stage="correlate", dataset="agreement", choices=choices) as run:
+            run_id, parent_id = run.run_id, run.parent_id
+        client = _client(config)
+        parent, stage = client.get_run(parent_id), client.get_run(run_id)
+        names[label], tags[label] = parent.data.tags["mlflow.runName"], parent.data.tags
+        assert stage.data.tags["protocol"] == parent.data.tags["protocol"]  # on the stage run too
+    # the runs table shows ~22 characters of a name: seed and protocol come first
+    assert names["seed"].startswith("seed=1 paper authors ")
+    assert names["protocol"].startswith("seed=0 final_notebook authors ")
+    assert (tags["seed"]["protocol"], tags["protocol"]["protocol"]) == ("paper", "final_notebook")
+    assert (tags["seed"]["seed"], tags["protocol"]["seed"]) == ("1", "0")
+
+
+def test_group_choices_reads_protocol_recipe_and_switch_back_from_the_values():
+    def choices(*overrides):
+        return _config.group_choices(_config.to_dict(_config.compose(list(overrides))))
+
+    assert choices() == {"protocol": "paper", "recipe": "authors"}
+    assert choices("recipe=plain") == {"protocol": "paper", "recipe": "plain"}
+    # an explicit override of one key a protocol sets (a smaller sample) does not hide the choice
+    small = ("task.agreement.capture.n_samples=6", "task.agreement.capture.split=val")
+    assert choices("protocol=final_notebook", *small)["protocol"] == "final_notebook"
+    assert choices(*small)["protocol"] == "paper"
+    # no_eos overrides the paper's <eos>: still the paper protocol, with the switch on
+    assert choices("+switch=no_eos") == {"protocol": "paper", "recipe": "authors", "switch": "no_eos"}
+    # the final notebook has no <eos> already: the switch changes nothing, so it is not "on"
+    assert choices("protocol=final_notebook", "+switch=no_eos") == {
+        "protocol": "final_notebook",
+        "recipe": "authors",
+    }
+
+
+def test_a_registered_model_version_carries_seed_config_hash_accuracy_and_a_description(config, tmp_path):
+    vocab = Vocab.build([["the", "dog", "dogs", "barks"]])
+    torch.manual_seed(0)
+    model = AgreementTransformer(
+        AgreementConfig(vocab_size=len(vocab), block_size=16, n_layer=2, n_head=2, n_embd=8)
+    )
+    save_classifier(model.eval(), WordEncoder(vocab), tmp_path / "models" / "agreement" / "model")
+    (tmp_path / "reports" / "agreement").mkdir(parents=True)
+    (tmp_path / "reports" / "agreement" / "train_metrics.json").write_text(
+        json.dumps({"accuracy": 0.98125, "n": 160, "eval_split": "test"})
+    )
+    declared = tracking.declared(DVC_YAML, "train", item="agreement", config=config)
+    choices = _config.group_choices(config)
+    with tracking.stage_run(config, stage="train", dataset="agreement", choices=choices) as run:
+        tracking.log_outputs(run, declared, task="agreement", model_name="attnflow-agreement")
+    (version,) = _client(config).search_model_versions("name = 'attnflow-agreement'")
+    assert version.tags["seed"] == "3" and version.tags["config_hash"] == tracking.config_hash(config)
+    assert version.tags["test_accuracy"] == "0.9812" and version.tags["protocol"] == "paper"
+    assert version.description.startswith(
+        "agreement classifier, seed 3, protocol paper, recipe authors, config "
+    )
+    assert version.description.endswith("; test_accuracy 0.9812")
+
+
+def test_the_experiment_stores_the_headline_view_of_the_runs_table(config):
+    with tracking.stage_run(config, stage="correlate", dataset="agreement") as run:
+        experiment_id = run.client.get_run(run.run_id).info.experiment_id
+    tags = _client(config).get_experiment(experiment_id).tags
+    envelope = json.loads(tags["mlflow.sharedViewState." + tracking.HEADLINE_VIEW])
+    state = json.loads(envelope["state"])  # MLflow's saved-view envelope: the state as a string
+    assert state["selectedColumns"] == tracking.headline_columns(config["tasks"])
+    assert (
+        "metrics.`agreement/accuracy`" in state["selectedColumns"] and state["runsHiddenMode"] == "SHOW_ALL"
     )

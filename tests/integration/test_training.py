@@ -124,16 +124,9 @@ def test_training_writes_every_output_at_its_fixed_path(trained):
     for name in ("best.ckpt", "last.ckpt", "metrics.json", "curve.csv", "curve.png", "model"):
         assert (out / name).exists(), name
     assert json.loads((out / "metrics.json").read_text()) == metrics
-    for key in (
-        "accuracy",
-        "accuracy_by_attractors",
-        "train_wall_s",
-        "train_samples_per_s",
-        "epochs",
-        "best_epoch",
-        "n_train",
-    ):
+    for key in ("accuracy", "accuracy_by_attractors", "epochs", "best_epoch", "n_train"):
         assert key in metrics, key
+    assert not TIME_KEYS & set(metrics)  # times differ run to run: they go to timing_path instead
     assert set(metrics["accuracy_by_attractors"]) == {"0", "1", "2"}
     assert metrics["n_train"] == 192 and metrics["epochs"] == 3 and metrics["eval_split"] == "test"
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary files left
@@ -182,7 +175,7 @@ def test_exported_model_reloads_with_identical_outputs(trained, agreement_data):
 def test_same_seed_gives_identical_metrics(trained, agreement_data, tmp_path):
     _, first = trained
     again = _train(agreement_data, tmp_path)
-    assert _stable(again) == _stable(first)
+    assert again == first
     assert _curve(tmp_path) == _curve(trained[0])
 
 

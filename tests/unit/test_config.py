@@ -200,3 +200,33 @@ def test_the_cli_checks_its_residual_with_the_studys_rule():
     assert value_problem("explain.residual", 0.5) is None
     assert value_problem("explain.residual", 1.5) == "must lie in [0, 1]"
     assert value_problem("explain.heads", "median") == "is not one of mean, sum, max"
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("seed=-1", "seed=-1: must be >= 0"),  # a range error
+        ("seed=abc", "seed: Value 'abc' of type 'str' could not be converted to Integer"),  # a type error
+        ("protocol=nope", "Could not find 'protocol/nope'"),  # an unknown group option
+    ],
+)
+def test_compose_prints_a_config_error_as_one_line_naming_key_and_value(override, expected):
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pipelines.compose", override, "--check"],
+        capture_output=True, text=True, cwd=_config.ROOT, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith("error: ") and expected in lines[0]
+
+
+def test_a_type_error_in_params_yaml_is_one_line_naming_the_key(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text(_config.dump(_config.compose()).replace("seed: 0", "seed: abc", 1))
+    with pytest.raises(_config.ConfigError) as info:
+        _config.load(path)
+    assert "\n" not in str(info.value) and f"{path}: seed: Value 'abc'" in str(info.value)

@@ -22,6 +22,7 @@ __all__ = [
     "blank_switches",
     "method_options",
     "study_options",
+    "switch_from_configured",
     "switched_blank_out",
 ]
 
@@ -162,6 +163,30 @@ def switched_blank_out(
         for name, values in scores.items()
         if name in flips
     }
+
+
+def switch_from_configured(
+    name: str, settings: Mapping[str, Any], configured: Sequence[np.ndarray]
+) -> list[np.ndarray] | None:
+    """The blank-out scores under switch ``name`` (of :func:`blank_switches`) when they follow from
+    the configured pass ``configured`` without a model call; None when they need their own pass.
+
+    Blank-out blanks each position alone: score(t) = |p(y | x) - p(y | x with t blanked)| depends on
+    no other position's copy. So ``blank_positions`` flipped from ``all`` to ``skip_cls`` leaves every
+    score but CLS's as configured, and CLS, now never blanked, scores 0 as skipped positions do.
+
+    >>> switch_from_configured("blank_positions=skip_cls", {"blank_positions": "all", "blank_token": "unk",
+    ...     "mask_blank": False}, [np.array([0.5, 0.25, 0.0])])
+    [array([0.  , 0.25, 0.  ])]
+    """
+    flipped = blank_switches(settings)[name]
+    if settings["blank_positions"] == "all" and flipped["blank_positions"] == "skip_cls":
+        skipped = list(BLANK_POSITIONS["skip_cls"])  # (0,): CLS
+        out = [np.array(s, copy=True) for s in configured]
+        for s in out:
+            s[skipped[: len(s)]] = 0.0
+        return out
+    return None
 
 
 def blank_switches(settings: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

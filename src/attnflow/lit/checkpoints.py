@@ -10,6 +10,7 @@ them, then deleted; if the new run fails they are put back.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
@@ -20,6 +21,8 @@ from typing import Any
 
 import torch
 
+from attnflow.io import atomic_path
+
 __all__ = [
     "CHECKPOINTS",
     "fingerprint",
@@ -28,6 +31,7 @@ __all__ = [
     "recover",
     "resume_decision",
     "source_digest",
+    "write_checkpoint",
 ]
 
 log = logging.getLogger(__name__)
@@ -70,6 +74,16 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
         raise RuntimeError(
             f"cannot read checkpoint {path} ({type(exc).__name__}: {first}); delete it or set train.resume=false"
         ) from exc
+
+
+def write_checkpoint(path: Path, ckpt: dict[str, Any]) -> None:
+    """``ckpt`` to ``path`` atomically, through a buffer: ``torch.save`` to a file names the archive
+    inside after the file (here a random temporary name), to a buffer always ``archive``, so the
+    bytes depend on the content only."""
+    buffer = io.BytesIO()
+    torch.save(ckpt, buffer)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(buffer.getvalue())
 
 
 def resume_decision(out_dir: Path, fp: str, resume: bool) -> tuple[bool, str]:

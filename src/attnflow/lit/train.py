@@ -5,6 +5,12 @@ for resume), ``model/`` (pickle-free export, see :func:`attnflow.models.load_cla
 ``metrics.json``, ``curve.csv`` (``step, epoch, train_loss, val_loss, val_acc``; one row per
 validation) and ``curve.png``. Every file is written atomically. Resume rules:
 :mod:`attnflow.lit.checkpoints`.
+
+Repeatable by construction: the same config, seed and data give the same bytes in every file of
+``out_dir`` on any machine of the same kind, whatever its load. Training runs on
+``trainer.num_threads`` torch threads (CPU kernels split their sums by thread, so the count changes
+the floats); a finished run's checkpoints keep no wall-clock time and no absolute path; the times go
+to ``timing_path`` (outside ``out_dir``) instead. See docs/determinism.md.
 """
 
 from __future__ import annotations
@@ -12,7 +18,8 @@ from __future__ import annotations
 import csv
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import MISSING as MISSING_FIELD
 from dataclasses import asdict, fields, is_dataclass
 from datetime import timedelta
@@ -35,7 +42,15 @@ from attnflow.models import save_classifier
 from attnflow.schema import MISSING, TrainConfig, TrainerConfig
 from attnflow.tasks import TaskSpec, get_task
 
-__all__ = ["evaluate", "settings", "train_task"]
+__all__ = [
+    "canonical_checkpoint",
+    "cpu_identity",
+    "evaluate",
+    "settings",
+    "timing",
+    "torch_threads",
+    "train_task",
+]
 
 # keys that change neither the trained weights nor the metrics: a run may resume across them
 _RESUME_NEUTRAL = {
@@ -56,7 +71,7 @@ def settings(cls: type[C], values: Mapping[str, Any] | C, what: str) -> C:
 
     >>> settings(TrainerConfig, {"accelerator": "cpu"}, "trainer")
     Traceback (most recent call last):
-    ValueError: trainer: missing keys ['deterministic', 'device', 'devices', 'log_every_n_steps', 'num_workers', 'precision', 'progress_bar', 'strategy']
+    ValueError: trainer: missing keys ['deterministic', 'device', 'devices', 'log_every_n_steps', 'num_threads', 'num_workers', 'precision', 'progress_bar', 'strategy']
     """
     if is_dataclass(values) and not isinstance(values, type):
         values = asdict(values)
@@ -185,8 +200,7 @@ def _save_plain_checkpoints(module: ClassifierModule, out_dir: Path, fp: str) ->
     """best/last.ckpt for a model used as loaded (no fit): its weights, marked finished."""
     ckpt = {"state_dict": module.state_dict(), "attnflow": {"fingerprint": fp, "finished": True}}
     for name in checkpoints.CHECKPOINTS:
-        with atomic_path(out_dir / name) as tmp:
-            torch.save(ckpt, tmp)
+        checkpoints.write_checkpoint(out_dir / name, ckpt)
 
 
 def _write_curve(out_dir: Path, rows: list[dict[str, float]], title: str) -> None:
@@ -257,12 +271,86 @@ def _metrics(
             "best_epoch": rows[best]["epoch"] if best is not None else None,
             "n_train": n_train,
             "trained": trained,
-            "train_wall_s": round(recorder.wall_s, 2),
-            "train_samples_per_s": round(recorder.samples / recorder.step_s, 1) if recorder.step_s else None,
             "seed": seed,
+            "cpu": cpu_identity(),
         }
     )
     return metrics
+
+
+def timing(recorder: RunRecorder) -> dict[str, Any]:
+    """The run's wall-clock figures: fit time (resumed runs together) and training samples per second.
+
+    Kept apart from ``metrics.json``: a time differs on every run, the metrics must not."""
+    samples_per_s = round(recorder.samples / recorder.step_s, 1) if recorder.step_s else None
+    return {"train_wall_s": round(recorder.wall_s, 2), "train_samples_per_s": samples_per_s}
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run the block on ``n`` torch intra-op threads, then restore the count found.
+
+    The count is part of the result on the CPU: matrix products and reductions split their sums
+    into one chunk per thread, so 1 and 2 threads round differently (gradients differ by ~1e-8 after
+    one step, the loss in the 3rd digit after one epoch of the agreement model).
+    """
+    if n < 1:
+        raise ValueError(f"trainer.num_threads must be >= 1, got {n}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def cpu_identity() -> dict[str, Any]:
+    """What the trained floats depend on besides config, seed and data, on the CPU: torch's version,
+    the vector instructions its kernels dispatch to (``AVX512``, ``AVX2``, ...; MKL and oneDNN
+    dispatch likewise) and the thread count. Two runs that agree here and in their config give the
+    same bytes; a different instruction set gives other floats (docs/determinism.md)."""
+    return {
+        "torch": torch.__version__.split("+")[0],
+        "capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(),
+    }
+
+
+_RUN_DEPENDENT = ("wall_s", "step_s")  # RunRecorder state that measures the machine, not the run
+_PATH_KEYS = ("best_model_path", "kth_best_model_path", "last_model_path")  # files in out_dir
+
+
+def canonical_checkpoint(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """A finished run's checkpoint without what differs between two identical runs: the recorder's
+    wall-clock times (zeroed) and the checkpoint callbacks' absolute paths (their folder ``.``, the
+    files by name).
+
+    Only for checkpoints nothing resumes from (a finished run retrains from scratch)."""
+    out = dict(ckpt)
+    callbacks = {}
+    for key, state in ckpt.get("callbacks", {}).items():
+        state = dict(state)
+        if key == RunRecorder().state_key:
+            state.update({k: 0.0 for k in _RUN_DEPENDENT if k in state})
+        if isinstance(state.get("dirpath"), str):
+            state["dirpath"] = "."
+        for k in _PATH_KEYS:
+            if isinstance(state.get(k), str) and state[k]:
+                state[k] = Path(state[k]).name
+        if isinstance(state.get("best_k_models"), dict):
+            state["best_k_models"] = {Path(k).name: v for k, v in state["best_k_models"].items()}
+        callbacks[key] = state
+    if callbacks:
+        out["callbacks"] = callbacks
+    return out
+
+
+def _canonicalise_checkpoints(out_dir: Path) -> None:
+    """Rewrite best/last.ckpt as :func:`canonical_checkpoint`s."""
+    for name in checkpoints.CHECKPOINTS:
+        path = out_dir / name
+        if path.is_file():
+            checkpoints.write_checkpoint(path, canonical_checkpoint(checkpoints.read_checkpoint(path)))
 
 
 def train_task(
@@ -276,19 +364,39 @@ def train_task(
     seed: int = 0,
     logger: Any = None,
     callbacks: list[Callback] | None = None,
+    timing_path: str | Path | None = None,
 ) -> dict[str, Any]:
     """Train (or, for an already fine-tuned checkpoint, only evaluate) ``task``; return metrics.json.
 
     ``model_cfg`` / ``train_cfg`` / ``trainer_cfg``: the ``task.<name>.model`` / ``.train`` and
     ``trainer`` config blocks (every key given; an unknown or missing one raises before anything is
     touched). ``logger``: any Lightning logger (e.g. ``MLFlowLogger``) for the per-step metrics, or
-    None. ``callbacks``: extra Lightning callbacks. Under DDP only rank 0 evaluates, writes and
-    returns metrics; other ranks return ``{}``.
+    None. ``callbacks``: extra Lightning callbacks. ``timing_path``: where the wall-clock figures
+    (:func:`timing`) go, a JSON file outside ``out_dir`` (None: not written). Under DDP only rank 0
+    evaluates, writes and returns metrics; other ranks return ``{}``.
     """
+    hw = settings(TrainerConfig, trainer_cfg, "trainer")
+    with torch_threads(hw.num_threads):
+        return _train_task(
+            task, data_dir, out_dir, model_cfg, train_cfg, hw, seed, logger, callbacks, timing_path
+        )
+
+
+def _train_task(
+    task: str | TaskSpec,
+    data_dir: str | Path,
+    out_dir: str | Path,
+    model_cfg: Mapping[str, Any],
+    train_cfg: Mapping[str, Any] | TrainConfig,
+    hw: TrainerConfig,
+    seed: int,
+    logger: Any,
+    callbacks: list[Callback] | None,
+    timing_path: str | Path | None,
+) -> dict[str, Any]:
     spec = get_task(task) if isinstance(task, str) else task
     mcfg = settings(spec.model_config, model_cfg, f"task.{spec.name}.model")
     tcfg = settings(TrainConfig, train_cfg, f"task.{spec.name}.train")
-    hw = settings(TrainerConfig, trainer_cfg, "trainer")
     data_dir, out_dir = Path(data_dir), Path(out_dir)
     if not data_dir.is_dir():
         raise FileNotFoundError(f"prepared data folder not found: {data_dir}")
@@ -343,6 +451,7 @@ def train_task(
             return {}
         _load_weights(module, out_dir / "best.ckpt")
         check_finite_weights(module, f"in {out_dir / 'best.ckpt'}")  # never export NaN weights
+        _canonicalise_checkpoints(out_dir)
     else:
         if not trainer.is_global_zero:
             return {}
@@ -360,8 +469,11 @@ def train_task(
     save_classifier(module.model, encoder, out_dir / "model")
     write_json(out_dir / "metrics.json", metrics)
     _write_curve(out_dir, recorder.rows, spec.name)
+    times = timing(recorder)
+    if timing_path is not None:
+        write_json(Path(timing_path), times)
     if logger is not None:
-        _log_final(logger, metrics, step=int(trainer.global_step))
+        _log_final(logger, {**metrics, **times}, step=int(trainer.global_step))
     return metrics
 
 

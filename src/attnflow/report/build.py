@@ -19,11 +19,11 @@ from attnflow.paths import StudyPaths
 
 from .context import FIGURES, Context
 from .document import render_html, render_markdown
-from .frames import comparison_frame, metric_cells, metrics_payload
+from .frames import comparison_frame, headline_payload, metric_cells, metrics_payload
 from .inputs import load_task
-from .sections import SECTIONS
+from .sections import SECTIONS, provenance
 
-__all__ = ["Report", "build_report"]
+__all__ = ["Report", "build_report", "read_sweep_table", "with_main_run"]
 
 COMPARISON_COLUMNS = ["table", "task", "importance", "method", "layer", "mean", "std", "ci_low", "ci_high",
                       "n", "n_undefined", "paper_mean", "paper_std"]  # fmt: skip
@@ -41,7 +41,7 @@ class Report:
     figures: list[Path] = field(default_factory=list)
 
 
-def _stacked(path: Path) -> pd.DataFrame | None:
+def read_sweep_table(path: Path) -> pd.DataFrame | None:
     """A sweep's stacked table; None when the file is absent or empty (no sweep finished)."""
     if not path.is_file() or path.stat().st_size == 0:
         return None
@@ -75,28 +75,52 @@ def with_main_run(
 
 
 def build_report(
-    *, tasks: Sequence[str], paths: StudyPaths, config: Mapping[str, Any] | None = None
+    *,
+    tasks: Sequence[str],
+    paths: StudyPaths,
+    config: Mapping[str, Any] | None = None,
+    code: Mapping[str, Any] | None = None,
 ) -> Report:
     """Read the stage outputs of ``tasks``, write the report files under ``paths.reports``.
 
     ``config`` (the resolved study config as plain dicts) feeds the configuration summary and the
-    ``report`` options (examples, n_examples). PNGs of earlier runs that this run did not draw are
-    removed from ``figures/``.
+    ``report`` options (examples, n_examples, allow_mixed_code). ``code``: this run's code
+    (:func:`attnflow.sweep.code_state`); given, seed-sweep jobs run by other code are left out of
+    every seed table and named (unless report.allow_mixed_code). PNGs of
+    earlier runs that this run did not draw are removed from ``figures/``.
     """
     inputs = {task: load_task(task, paths) for task in tasks}
     comparison = comparison_frame({t: got.table for t, got in inputs.items()})
+    sweep_jobs = read_json(paths.sweep_jobs)["jobs"] if paths.sweep_jobs.is_file() else []
+    allow = bool(((config or {}).get("report") or {}).get("allow_mixed_code"))
+    skip = provenance.left_out(code, sweep_jobs, allow=allow)  # seeds of other code: never pooled
+
+    def seeds_of_this_code(table: pd.DataFrame | None) -> pd.DataFrame | None:
+        if table is None or not skip or "seed" not in table:
+            return table
+        kept = table[~table["seed"].isin(list(skip))]
+        return kept if not kept.empty else None
+
     ctx = Context(
         paths=paths,
         inputs=inputs,
         config=dict(config or {}),
         comparison=comparison,
-        sweep=with_main_run(_stacked(paths.sweep), inputs, (config or {}).get("seed")),
+        sweep=with_main_run(
+            seeds_of_this_code(read_sweep_table(paths.sweep)), inputs, (config or {}).get("seed")
+        ),
         recipes=with_main_run(
-            _stacked(paths.recipes), inputs, (config or {}).get("seed"), overrides="defaults"
+            read_sweep_table(paths.recipes), inputs, (config or {}).get("seed"), overrides="defaults"
         ),
         recipe_jobs=read_json(paths.recipe_jobs)["jobs"] if paths.recipe_jobs.is_file() else [],
+        sweep_jobs=sweep_jobs,
+        code=code,
+        left_out=skip,
         sweep_faithfulness=with_main_run(
-            _stacked(paths.sweep_faithfulness()), inputs, (config or {}).get("seed"), table="faithfulness"
+            seeds_of_this_code(read_sweep_table(paths.sweep_faithfulness())),
+            inputs,
+            (config or {}).get("seed"),
+            table="faithfulness",
         ),
     )
     for section in SECTIONS:
@@ -110,11 +134,13 @@ def build_report(
     md, html_text = render_markdown(ctx.blocks), render_html(ctx.blocks, title=title)
     metrics = metrics_payload(inputs)
     files = {
-        name: paths.reports / name for name in ("report.md", "report.html", "metrics.json", "comparison.csv")
+        name: paths.reports / name
+        for name in ("report.md", "report.html", "metrics.json", "headline.json", "comparison.csv")
     }
     published = comparison[comparison["task"].isin(list(tasks)) & comparison["mean"].notna()]
     write_text(files["comparison.csv"], published[COMPARISON_COLUMNS].to_csv(index=False))
     write_json(files["metrics.json"], metrics)
+    write_json(files["headline.json"], headline_payload(metrics))  # `dvc exp show` reads this one
     write_text(files["report.md"], md)
     write_text(files["report.html"], html_text)
     cells = metric_cells(inputs, comparison)

@@ -40,6 +40,9 @@ class Context:
     recipes: pd.DataFrame | None = None  # stacked job tables of a recipe sweep, column "overrides"
     sweep_faithfulness: pd.DataFrame | None = None  # a seed sweep's faithfulness tables, columns seed, task
     recipe_jobs: list[dict[str, Any]] = field(default_factory=list)  # its jobs.json "jobs"
+    sweep_jobs: list[dict[str, Any]] = field(default_factory=list)  # the seed sweep's jobs.json "jobs"
+    code: Mapping[str, Any] | None = None  # the code of this run (attnflow.sweep.code_state); None: unknown
+    left_out: dict[int, list[str]] = field(default_factory=dict)  # seed -> why: sweep jobs of other code
     blocks: list[Block] = field(default_factory=list)
     figures: list[Path] = field(default_factory=list)
 

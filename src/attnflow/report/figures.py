@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from attnflow.explain.graph import attention_graph
 from attnflow.io import atomic_path
-from attnflow.viz import PNG_CMAP
+from attnflow.viz import SCALE_LEGEND, uniform_rgba
 
 __all__ = [
     "COLORS",
@@ -94,7 +94,7 @@ def plot_curves(
 
 def plot_maps(maps: Mapping[str, np.ndarray], tokens: Sequence[str], *, title: str = "") -> Figure:
     """Figure 2/3: one [layer x token] panel per method, in the look of the CLI and the notebook
-    (`attnflow.viz.heatmap_figure`: L1 on top, one 0..max scale per method).
+    (`attnflow.viz.heatmap_figure`: L1 on top, each token's share against the uniform share 1/n).
 
     ``maps[method]`` is the ``(L, T)`` explanation row at each layer (e.g. the CLS row).
     """
@@ -106,7 +106,7 @@ def plot_maps(maps: Mapping[str, np.ndarray], tokens: Sequence[str], *, title: s
         if np.ndim(m) != 2 or np.shape(m)[1] != n_tok:
             raise ValueError(f"{name}: map of shape {np.shape(m)} does not fit {n_tok} tokens")
     layers = np.shape(next(iter(maps.values())))[0] if maps else 0
-    return heatmap_figure(maps, columns=tokens, rows=layer_labels(layers), title=title or None, scale="panel")
+    return heatmap_figure(maps, columns=tokens, rows=layer_labels(layers), title=title or None)
 
 
 def plot_head_correlations(per_head: Any, *, title: str = "") -> Figure | None:
@@ -250,9 +250,10 @@ def plot_generation(
         for i, m in enumerate(names):
             ax, matrix = axes[i][j], e.matrix(m, "mean")[:, : e.n_prompt]  # (generated, prompt)
             ax.imshow(
-                matrix, aspect="auto", cmap=PNG_CMAP, vmin=0.0, vmax=max(float(np.nanmax(matrix)), _EPS)
-            )
+                uniform_rgba(matrix), aspect="auto", interpolation="nearest"
+            )  # the rule of every picture
             ax.set_yticks(range(e.n_generated), e.generated_tokens, fontsize=6)
             ax.set_xticks(range(e.n_prompt), e.prompt_tokens, rotation=90, fontsize=6)
             ax.set_title(f"{m}: sinks {option[0]}, receptive field {option[1]}", fontsize=8)
+    fig.supxlabel(SCALE_LEGEND, fontsize=7)
     return fig

@@ -76,6 +76,38 @@ def metrics_payload(inputs: Mapping[str, TaskInputs]) -> dict[str, Any]:
     return out
 
 
+# headline.json: short task names, so `dvc exp show` of the headline fits a terminal.
+HEADLINE_TASKS = {"agreement": "agr", "sst2": "sst2"}
+HEADLINE_REFERENCE = "blank_out"  # Table 1's first reference: blank-out importance
+HEADLINE_METHODS = ("rollout", "flow")
+
+
+def headline_payload(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """The few numbers a reader compares runs by (``reports/headline.json``): per task its
+    held-out accuracy and the last layer's Spearman correlation of rollout and flow with blank-out
+    importance (the paper's Table 1), under a short task name (HEADLINE_TASKS), 3 decimals.
+
+    >>> headline_payload({"agreement": {"accuracy": 0.93825, "corr": {"blank_out": {
+    ...     "flow": {"L1": 0.29, "L6": 0.63560}, "rollout": {"L1": 0.29, "L6": 0.65476}}}}})
+    {'agr': {'acc': 0.938, 'rollout': 0.655, 'flow': 0.636}}
+    """
+    out: dict[str, Any] = {}
+    for task, entry in metrics.items():
+        short = HEADLINE_TASKS.get(task, task)
+        row: dict[str, float] = {}
+        if "accuracy" in entry:
+            row["acc"] = round(float(entry["accuracy"]), 3)
+        by_method = entry.get("corr", {}).get(HEADLINE_REFERENCE, {})
+        for method in HEADLINE_METHODS:
+            layers = by_method.get(method, {})
+            if layers:
+                last = max(layers, key=lambda k: int(k[1:]))  # "L6"
+                row[method] = round(float(layers[last]), 3)
+        if row:
+            out[short] = row
+    return out
+
+
 def metric_cells(inputs: Mapping[str, TaskInputs], comparison: pd.DataFrame) -> dict[str, float]:
     """MLflow metrics, one per cell: ``<task>/corr/<importance>/<method>/L<k>`` (our mean),
     ``<task>/delta/...`` (ours - paper where the paper has the cell) and ``<task>/accuracy``."""

@@ -70,6 +70,16 @@ def test_table1_shows_ours_paper_and_delta_by_hand(built):
     assert _table(report.markdown, 3)[0] == "| vs input gradients | L1 | L3 | L5 | L6 |"
 
 
+def test_headline_json_is_a_handful_of_short_named_numbers(built):
+    # `dvc exp show` of metrics.json is 146 columns; the headline is 3 per task, short names
+    stage_outputs, report = built
+    headline = json.loads((stage_outputs / "reports" / "headline.json").read_text())
+    assert set(headline) == {"agr", "sst2"} and set(headline["agr"]) == {"acc", "rollout", "flow"}
+    assert headline["agr"]["acc"] == round(report.metrics["agreement"]["accuracy"], 3)
+    blank_out = report.metrics["agreement"]["corr"]["blank_out"]
+    assert headline["agr"]["flow"] == round(blank_out["flow"]["L6"], 3)  # the last layer
+
+
 def test_metrics_json_and_mlflow_cells(built):
     stage_outputs, report = built
     on_disk = json.loads((stage_outputs / "reports" / "metrics.json").read_text())
@@ -126,7 +136,9 @@ def test_accuracy_section_and_config_switches(built):
     assert "| 2 | 20 | 0.800 |" in md  # accuracy by attractors
     # ours beside the authors' choice, with where it is in their code, and whether they agree
     row = next(line for line in md.splitlines() if line.startswith("| attribution.blank_token |"))
-    assert row.startswith("| attribution.blank_token | pad | unk | Reflect d28ddd5") and row.endswith("| **no** |")
+    assert row.startswith("| attribution.blank_token | pad | unk | Reflect d28ddd5") and row.endswith(
+        "| **no** |"
+    )
     assert "| attribution.gradient_reduction | abs_sum | abs_sum |" in md and "| yes |" in md
     assert "agreement accuracy: ours 0.938 vs paper 0.96 (Δ -0.02)" in md
 

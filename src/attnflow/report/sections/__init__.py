@@ -12,6 +12,8 @@ from . import (
     maps,
     overview,
     paper_tables,
+    pronouns,
+    provenance,
     recipes,
     seeds,
     sensitivity,
@@ -28,9 +30,11 @@ SECTIONS = (
     heads.section,
     faithfulness.section,
     generation.section,
+    pronouns.section,
     maps.section,
     seeds.section,
     recipes.section,
+    provenance.section,
     findings.section,
 )
 

@@ -20,6 +20,7 @@ def section(ctx: Context) -> None:
     grid, extra = Grid(header=HEADER, rows=[]), []
     for task, got in ctx.inputs.items():
         m, s = got.train_metrics or {}, got.samples
+        timed = {**m, **(got.train_timing or {})}  # older runs kept the times in train_metrics.json
         captured = None
         if s is not None and (s["label"] >= 0).any():
             captured = f"{labelled_accuracy(s['label'], s['pred']):.3f} (n={int((s['label'] >= 0).sum())})"
@@ -28,8 +29,8 @@ def section(ctx: Context) -> None:
         keys = ("eval_split", "accuracy")
         grid.rows.append(
             [task, *(fmt(m.get(k)) for k in keys), fmt(PAPER_ACCURACY.get(task), 2), fmt(m.get("n_eval")),
-             fmt(m.get("val_accuracy")), fmt(m.get("epochs")), fmt(m.get("train_wall_s"), 1),
-             fmt(m.get("train_samples_per_s"), 1), captured or "n/a"]
+             fmt(m.get("val_accuracy")), fmt(m.get("epochs")), fmt(timed.get("train_wall_s"), 1),
+             fmt(timed.get("train_samples_per_s"), 1), captured or "n/a"]
         )  # fmt: skip
         extra += _attractors(task, m)
     ctx.add(*([Table(grid), *extra] if grid.rows else [Paragraph("No training metrics were found.")]))

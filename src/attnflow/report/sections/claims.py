@@ -107,6 +107,17 @@ def target_cells(cells: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def seed_cells(stacked: pd.DataFrame) -> tuple[pd.DataFrame, list[int]]:
+    """The agreement cells of stacked per-seed tables (column ``seed``): per (importance, method,
+    layer) the mean over seeds of the means and of the per-sample stds; and the seeds."""
+    stacked = stacked[stacked["task"] == "agreement"]
+    means = seed_frame(stacked)[["importance", "method", "layer", "mean", "n_seeds"]]
+    rows = stacked[(stacked["variant"] == "configured") & stacked["head"].isna()]
+    stds = rows.groupby(["importance", "method", "layer"])["std"].mean().rename("std").reset_index()
+    seeds = sorted(int(s) for s in stacked["seed"].unique())
+    return means.merge(stds, on=["importance", "method", "layer"]), seeds
+
+
 def _our_cells(ctx: Context) -> tuple[pd.DataFrame, str]:
     """Seed means of the means and of the per-sample stds (this run alone without a sweep)."""
     stacked = ctx.sweep
@@ -114,13 +125,9 @@ def _our_cells(ctx: Context) -> tuple[pd.DataFrame, str]:
         got = ctx.inputs.get("agreement")
         if got is None or got.table is None:
             return pd.DataFrame(), ""
-        stacked = got.table.assign(seed=ctx.config.get("seed", 0))
-    stacked = stacked[stacked["task"] == "agreement"]
-    means = seed_frame(stacked)[["importance", "method", "layer", "mean", "n_seeds"]]
-    rows = stacked[(stacked["variant"] == "configured") & stacked["head"].isna()]
-    stds = rows.groupby(["importance", "method", "layer"])["std"].mean().rename("std").reset_index()
-    seeds = sorted(int(s) for s in stacked["seed"].unique())
-    return means.merge(stds, on=["importance", "method", "layer"]), f"seeds {seeds}"
+        stacked = got.table.assign(seed=ctx.config.get("seed", 0), task="agreement")
+    cells, seeds = seed_cells(stacked)
+    return cells, f"seeds {seeds}"
 
 
 def section(ctx: Context) -> None:

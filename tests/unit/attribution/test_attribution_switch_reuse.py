@@ -1,0 +1,59 @@
+"""The sensitivity table's ``blank_positions=skip_cls`` scores follow from the configured ``all``
+pass without a model call, equal to the pass they replace (the attribute stage no longer runs it)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from attnflow.attribution.samples import (
+    attribute_samples,
+    blank_switches,
+    method_options,
+    switch_from_configured,
+)
+from attnflow.data.vocab import Vocab
+from attnflow.models.agreement import AgreementConfig, AgreementTransformer
+from attnflow.models.encoders import WordEncoder
+
+WORDS = ["the", "dog", "dogs", "near", "cat", "cats", "big"]
+SETTINGS = dict(blank_positions="all", blank_token="unk", mask_blank=False, blank_target="gold")
+
+
+@pytest.mark.parametrize("batch_size", [3, 256])  # 3: the dropped CLS copies shift every later batch
+def test_skip_cls_from_the_configured_pass_equals_its_own_pass(batch_size):
+    torch.manual_seed(0)
+    vocab = Vocab.build([WORDS])
+    encoder = WordEncoder(vocab, append_eos=True)
+    model = AgreementTransformer(
+        AgreementConfig(vocab_size=len(vocab), block_size=16, n_layer=2, n_head=2, n_embd=32)
+    ).eval()  # float32, as the study's model
+    rng = random.Random(0)
+    ids = encoder.encode_ids([" ".join(rng.choices(WORDS, k=rng.randint(1, 8))) for _ in range(12)])
+    labels = [rng.randrange(2) for _ in ids]
+
+    def scores(**settings):
+        options = method_options(["blank_out"], encoder, batch_size=batch_size, **{**SETTINGS, **settings})
+        got = attribute_samples(
+            model, ids, labels, options=options, pad_id=encoder.pad_id, batch_size=batch_size
+        )
+        return got["blank_out"]
+
+    configured = scores()
+    derived = switch_from_configured("blank_positions=skip_cls", SETTINGS, configured)
+    own_pass = scores(blank_positions="skip_cls")
+    assert all(np.array_equal(d, o) for d, o in zip(derived, own_pass, strict=True))
+    assert any(c[0] != 0 for c in configured)  # CLS was blanked and mattered in the configured pass
+    assert all(d[0] == 0 for d in derived)
+
+
+def test_the_other_switches_still_need_their_own_pass():
+    configured = [np.ones(3)]
+    for name in blank_switches(SETTINGS):
+        if not name.startswith("blank_positions"):
+            assert switch_from_configured(name, SETTINGS, configured) is None
+    skip = {**SETTINGS, "blank_positions": "skip_cls"}  # CLS's score under "all" is not in a skip_cls pass
+    assert switch_from_configured("blank_positions=all", skip, configured) is None

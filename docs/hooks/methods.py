@@ -1,8 +1,8 @@
 """mkdocs hook: the method table of methods/index.md, written from the method records.
 
 The page holds the marker ``<!-- method-records -->``; this hook replaces it with one row per
-record of ``attnflow.methods.METHODS`` (name, label, kind, needs, row read, study / generation,
-summary), so a new method's record reaches the docs with no docs edit.
+record of ``attnflow.methods.METHODS`` (name, kind, needs, study / generation, label, summary and
+row read), so a new method's record reaches the docs with no docs edit.
 """
 
 from __future__ import annotations
@@ -17,16 +17,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 def method_table() -> str:
     from attnflow.methods import METHODS
 
+    # five columns, so the table fits the page's text column (the label is in "what it is")
     rows = [
-        "| name | label | computed from | needs besides attn | row read | study | generation | what it is |",
-        "|---|---|---|---|---|---|---|---|",
+        "| name | computed from | needs besides attn | runs in | what it is |",
+        "|---|---|---|---|---|",
     ]
     for r in METHODS.values():
-        source = "the attentions" if r.kind == "attention" else "its own pass through the model"
+        source = "the attentions" if r.kind == "attention" else "its own model pass"
         needs = ", ".join(f"`{n}`" for n in r.needs) or "—"
+        where = ", ".join(w for w, on in (("study", r.study), ("generation", r.generation)) if on) or "—"
         rows.append(
-            f"| `{r.name}` | {r.label} | {source} | {needs} | {r.rows} | {'yes' if r.study else 'no'} | "
-            f"{'yes' if r.generation else 'no'} | {r.summary} |"
+            f"| `{r.name}` | {source} | {needs} | {where} | {r.label}: {r.summary} (row read: {r.rows}) |"
         )
     return "\n".join(rows)
 

@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from attnflow.batches import length_batches
 from attnflow.bridge import forward
 from attnflow.data.subsets import seeded_split
+from attnflow.options import CAPTURE_SELECTIONS as SELECTIONS
 
 __all__ = [
     "CLASS_INPUTS",
@@ -110,9 +111,6 @@ def capture(
     return CapturedSamples(  # type: ignore[arg-type]
         input_ids, tokens, attentions, probs if probs is not None else np.zeros((0, 2), np.float32)
     )
-
-
-SELECTIONS = ("first", "random")
 
 
 def select_samples(frame: pd.DataFrame, n: int, seed: int, select: str = "random") -> pd.DataFrame:
@@ -248,6 +246,28 @@ class StudySamples:
         }
 
 
+def model_classes(model: Any) -> int | None:
+    """How many classes `model` predicts, from its config (``n_classes``, or a Hugging Face model's
+    ``num_labels``); None when it does not say."""
+    for config in (getattr(model, "config", None), getattr(getattr(model, "hf", None), "config", None)):
+        for name in ("n_classes", "num_labels"):
+            value = getattr(config, name, None)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+    return None
+
+
+def _check_target(target: str | int, n_classes: int | None) -> None:
+    """A class index `target` names one of the model's `n_classes` classes (capture.target)."""
+    if n_classes is None or target in ("predicted", "gold"):
+        return
+    if not 0 <= int(target) < n_classes:
+        raise ValueError(
+            f"capture.target={target}: the model has {n_classes} classes (0..{n_classes - 1}); "
+            "use predicted, gold or one of them"
+        )
+
+
 def capture_study(
     model: torch.nn.Module,
     encoder: Any,
@@ -264,12 +284,19 @@ def capture_study(
     device: str | torch.device = "cpu",
 ) -> StudySamples:
     """:func:`capture_split` and, when ``needs`` names them, the class-specific inputs of the
-    same samples (:func:`class_relevance`, explaining class ``target``)."""
+    same samples (:func:`class_relevance`, explaining class ``target``).
+
+    A class index ``target`` is checked against the model's classes (its config's ``n_classes`` /
+    ``num_labels``) before any sample is run, and against the width of its outputs after;
+    a ValueError names ``capture.target``."""
+    _check_target(target, model_classes(model))
     samples, attentions = capture_split(
         model, encoder, frame, n_samples=n_samples, seed=seed, select=select, batch_size=batch_size,
         max_length=max_length,
         dtype=dtype, device=device,
     )  # fmt: skip
+    if len(samples):
+        _check_target(target, len(samples["probs"].iloc[0]))
     extra = {}
     if needs:
         extra = class_relevance(

@@ -19,12 +19,16 @@ __all__ = [
     "explanation_html",
     "explanation_item",
     "layer_labels",
+    "open_page",
     "row_text",
 ]
 
-# Height of the notebook frame around the interactive page, in CSS pixels: the page's controls and
-# token line, plus one grid row per layer.
-_FRAME_BASE_PX, _FRAME_ROW_PX = 260, 26
+# First height of the notebook frame around the interactive page, in CSS pixels (the page then
+# reports its real height and the frame follows it): title, controls and notes, the token line(s)
+# (_FRAME_TOKENS_PER_LINE tokens a line), the grid's header of vertical token labels, one grid row
+# per layer.
+_FRAME_BASE_PX, _FRAME_LINE_PX, _FRAME_TOKENS_PER_LINE = 330, 42, 12
+_FRAME_HEADER_PX, _FRAME_ROW_PX = 140, 28
 
 
 def layer_labels(n: int) -> list[str]:
@@ -73,7 +77,7 @@ def explanation_item(
 
 
 def explanation_figure(
-    e: Any, *, methods: Sequence[str] | None = None, name: str | None = None, scale: str = "panel"
+    e: Any, *, methods: Sequence[str] | None = None, name: str | None = None, scale: str = "uniform"
 ) -> Any:
     """A matplotlib Figure of `e`: one [layer x token] heatmap per method (`attnflow.viz.heatmap_figure`)."""
     from attnflow.viz import heatmap_figure, shorten
@@ -95,11 +99,63 @@ def explanation_html(e: Any, *, methods: Sequence[str] | None = None, name: str 
     from attnflow.viz import html_page
 
     page = html_page([explanation_item(e, methods=methods, name=name)], title=name or "attnflow")
-    height = _FRAME_BASE_PX + _FRAME_ROW_PX * e.num_layers
     return (
-        f'<iframe srcdoc="{html.escape(page, quote=True)}" style="width:100%;height:{height}px;border:0" '
-        'sandbox="allow-scripts" title="attnflow explanation"></iframe>'
+        f'<iframe srcdoc="{html.escape(page, quote=True)}" style="width:100%;height:{frame_height(e)}px;'
+        f'border:0" sandbox="allow-scripts" title="attnflow explanation" onload="{html.escape(_FIT_FRAME)}">'
+        "</iframe>"
     )
+
+
+# The frame's onload: ask the page for its height (attnflow.viz.page answers, and again after each
+# change of method or layer) and take it, so no layer's row is clipped.
+_FIT_FRAME = (
+    "var f=this;window.addEventListener('message',function(m){if(m.source===f.contentWindow&&m.data"
+    "&&m.data.attnflowHeight){f.style.height=(m.data.attnflowHeight+16)+'px';}});"
+    "f.contentWindow.postMessage('attnflow-height','*');"
+)
+
+
+def frame_height(e: Any) -> int:
+    """A first height (CSS px) for the page of `e` in a notebook frame: every layer's row visible."""
+    lines = -(-len(e.tokens) // _FRAME_TOKENS_PER_LINE)
+    return _FRAME_BASE_PX + _FRAME_LINE_PX * lines + _FRAME_HEADER_PX + _FRAME_ROW_PX * e.num_layers
+
+
+def open_page(e: Any, *, methods: Sequence[str] | None = None, browser: bool | None = None) -> Any:
+    """Write the interactive page of `e` to a temporary file, open it in the web browser, say so.
+
+    browser=None: open it when there is a display (always on macOS / Windows; on Linux when
+    DISPLAY or WAYLAND_DISPLAY is set: a console browser would take over the terminal). One line
+    on stderr names the file and what was done. Returns the file's path.
+    """
+    import os
+    import sys
+    import tempfile
+    import webbrowser
+    from pathlib import Path
+
+    from attnflow.viz import write_html
+
+    fd, name = tempfile.mkstemp(prefix="attnflow-", suffix=".html")
+    os.close(fd)
+    path = write_html(Path(name), [explanation_item(e, methods=methods)], title="attnflow")
+    if browser is None:
+        browser = sys.platform in ("darwin", "win32") or bool(
+            os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+        )
+    opened = False
+    if browser:
+        try:
+            opened = webbrowser.open(path.resolve().as_uri())
+        except webbrowser.Error:
+            opened = False
+    how = (
+        "opened in the web browser"
+        if opened
+        else "no browser to open it: open the file, or use e.save('x.png')"
+    )
+    print(f"attnflow: wrote {path} ({how})", file=sys.stderr)
+    return path
 
 
 def explanation_frame(e: Any) -> Any:

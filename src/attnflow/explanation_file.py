@@ -24,7 +24,7 @@ message naming the file, its kind and version, and what this attnflow reads.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ __all__ = [
     "FORMAT",
     "KINDS",
     "VERSION",
+    "TensorReader",
     "header",
     "load_study_maps",
     "read_header",
@@ -120,6 +121,49 @@ def _parse(path: Path, text: str, what: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise _error(f"{path}: not an explanations file: {what} is not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise _too_deep(path, what) from None
+
+
+def _too_deep(path: Path, what: str) -> Exception:
+    """A JSON document nested deeper than the parser goes (Python's recursion limit)."""
+    import sys
+
+    return _error(
+        f"{path}: not an explanations file: {what} is JSON nested too deeply (over ~{sys.getrecursionlimit()} "
+        "levels; an explanations file has fewer than 10)"
+    )
+
+
+class TensorReader:
+    """The tensors of an open safetensors file, read one at a time when asked (`attnflow.io` reads
+    a whole file; an explanations file may carry tensors no record references, which are never read).
+
+    ``reader(name)`` is the array; ``reader.shape(name)`` its declared shape, read from the header
+    alone, so a tensor out of proportion to its record is refused before any byte of it is read.
+    """
+
+    def __init__(self, path: Path, handle: Any) -> None:
+        self.path, self._handle, self.names = path, handle, set(handle.keys())
+
+    def _check(self, name: str) -> None:
+        if name not in self.names:
+            raise _error(f"{self.path}: not an explanations file: tensor(s) {name} missing")
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        self._check(name)
+        return tuple(self._handle.get_slice(name).get_shape())
+
+    def __call__(self, name: str) -> np.ndarray:
+        from safetensors import SafetensorError
+
+        self._check(name)
+        try:
+            return self._handle.get_tensor(name)
+        except SafetensorError as exc:
+            raise _error(
+                f"{self.path}: not an explanations file: tensor {name} is unreadable ({exc})"
+            ) from None
 
 
 def write_tensor_records(
@@ -139,32 +183,25 @@ def write_tensor_records(
     return write_bytes(Path(path), save(arrays, metadata={META_KEY: head}))
 
 
-def read_tensor_records(
-    path: str | Path, kind: str
-) -> tuple[dict[str, Any], Callable[[str], np.ndarray], set[str]]:
+def read_tensor_records(path: str | Path, kind: str) -> tuple[dict[str, Any], TensorReader, set[str]]:
     """(header, get_tensor(name), tensor names) of a safetensors explanations file of `kind`.
 
-    Raises FileNotFoundError for a missing file, attnflow.io.ArtifactError naming the file for
-    anything else (not safetensors, no header, a newer version, another kind)."""
+    Only the header is read here; `get_tensor` (a `TensorReader`) reads one tensor when asked, so
+    tensors no record references cost nothing. Raises FileNotFoundError for a missing file,
+    attnflow.io.ArtifactError naming the file for anything else (not safetensors, no header, a
+    newer version, another kind)."""
     from safetensors import SafetensorError, safe_open
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such explanations file")
     try:
-        with safe_open(str(path), framework="numpy") as f:
-            head = read_header(path, kind, f.metadata())
-            names = set(f.keys())
-            tensors = {name: f.get_tensor(name) for name in names}
+        handle = safe_open(str(path), framework="numpy")  # memory-mapped; closed when dropped
+        head = read_header(path, kind, handle.metadata())
     except SafetensorError as exc:
         raise _error(f"{path}: not an explanations file: not a readable safetensors file ({exc})") from None
-
-    def get(name: str) -> np.ndarray:
-        if name not in tensors:
-            raise _error(f"{path}: not an explanations file: tensor(s) {name} missing")
-        return tensors[name]
-
-    return head, get, names
+    reader = TensorReader(path, handle)
+    return head, reader, reader.names
 
 
 def write_json_records(path: str | Path, kind: str, records: Sequence[Mapping[str, Any]]) -> Path:
@@ -187,6 +224,8 @@ def read_json_records(path: str | Path, kind: str) -> dict[str, Any]:
         raise _error(
             f"{path}: not an explanations file: invalid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})"
         ) from None
+    except RecursionError:
+        raise _too_deep(path, "it") from None
     if isinstance(data, list):  # version 1
         return {"format": FORMAT, "version": 1, "kind": kind, "records": data}
     return check_header(path, data, kind)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -57,7 +58,16 @@ def load_artifact(path: str | Path, reader: Callable[[Path], T], *, what: str = 
 
 
 def read_json(path: str | Path) -> Any:
-    return load_artifact(path, lambda p: json.loads(p.read_text(encoding="utf-8")), what="JSON file")
+    return load_artifact(path, _json, what="JSON file")
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:  # deeper than the parser goes: no stage writes such a file
+        raise ArtifactError(
+            f"{path}: unreadable JSON file: nested too deeply (over ~{sys.getrecursionlimit()} levels)"
+        ) from None
 
 
 def read_parquet(path: str | Path, **kwargs: Any):

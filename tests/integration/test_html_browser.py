@@ -140,7 +140,10 @@ def test_the_controls_switch_method_layer_and_input(tmp_path):
     np.testing.assert_allclose([t["score"] for t in first], MAPS["flow"][1], atol=1e-9)
     # special tokens are muted; "film" (0.4) is the darkest of the others
     assert [t["muted"] for t in first] == [True, False, False, False, False, True]
-    assert [_alpha(t["bg"]) for t in first[1:5]] == [0.25, 0.25, 0.25, 1.0]  # shade = score / 0.4
+    # the colour rule (attnflow.viz.scale): shaded tokens 0.1, 0.1, 0.1, 0.4 (n = 4, total 0.7); the
+    # 0.1s hold 1/7 < 1/4, the uniform share: white; film holds 4/7: log(16/7) / log 4 = 0.596
+    alphas = [_alpha(t["bg"]) for t in first[1:5]]
+    assert alphas[:3] == [0.0, 0.0, 0.0] and alphas[3] == pytest.approx(np.log(16 / 7) / np.log(4), abs=1e-3)
     changed = log["changed"]
     assert (changed["method"], changed["row"]) == ("rollout", "0")
     np.testing.assert_allclose([t["score"] for t in changed["tokens"]], MAPS["rollout"][0], atol=1e-9)
@@ -165,3 +168,35 @@ def test_a_broken_page_is_caught(tmp_path):
     assert "data-ready" not in dom.body
     assert dom.body.get("data-error")
     assert any("Uncaught" in line for line in console)
+
+
+def test_a_uniform_layer_is_drawn_white_in_the_browser_not_as_maximal(tmp_path):
+    # the issue: 6.4-6.8 % per token was drawn solid dark red (each layer shaded relative to its max)
+    n = 15
+    row = np.full(n, 1 / n)
+    row[3] += 0.004
+    row /= row.sum()
+    item = {"title": "flat", "columns": [f"t{j}" for j in range(n)], "rows": ["L1"], "maps": {"flow": [row]}}
+    dom, console = _load(html_page([item]), tmp_path)
+    assert console == [] and dom.body.get("data-ready") == "1"
+    page = (tmp_path / "page.html").read_text(encoding="utf-8")
+    assert "uniform share 1/n" in page
+    probe = html_page([item]).replace("</body>", PROBE_ALPHA + "</body>")
+    dom, _ = _load(probe, tmp_path)
+    alphas = json.loads(dom.probe)
+    assert len(alphas) == n and max(alphas) < 0.05  # nearly white, every token
+
+
+# Records the opacity of every token's shading after the page rendered.
+PROBE_ALPHA = """
+<script>
+(function () {
+  var a = Array.prototype.map.call(document.querySelectorAll("#tokens .tok"), function (s) {
+    var c = s.style.backgroundColor, p = c.slice(c.indexOf("(") + 1, -1).split(",");
+    return p.length === 4 ? Number(p[3]) : 1;
+  });
+  var pre = document.createElement("pre"); pre.id = "probe"; pre.textContent = JSON.stringify(a);
+  document.body.appendChild(pre);
+})();
+</script>
+"""

@@ -61,3 +61,68 @@ def test_no_png_is_over_the_size_limit_and_long_inputs_page(tmp_path):
     path = save_png(tmp_path / "tall.png", fig)
     assert max(Image.open(path).size) <= MAX_PNG_PIXELS
     assert [(s.start, s.stop) for s in page_slices(85, 40)] == [(0, 40), (40, 80), (80, 85)]
+
+
+def test_save_writes_the_format_its_suffix_names(tmp_path):
+    from attnflow.hf import load_explanations
+
+    e = _explanation()
+    assert e.save(tmp_path / "x.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert e.save(tmp_path / "x.png").read_bytes().startswith(b"\x89PNG")
+    for suffix in (".json", ".safetensors"):
+        (back,) = load_explanations(e.save(tmp_path / f"x{suffix}"))
+        np.testing.assert_allclose(back.maps["flow"], e.maps["flow"], rtol=1e-6)
+    with pytest.raises(ValueError, match=r"'x\.txt': use \.html, \.png, \.json or \.safetensors"):
+        e.save(tmp_path / "x.txt")
+
+
+def test_repr_is_one_short_line_without_the_maps():
+    e = _explanation()
+    e.maps = {m: np.tile(v, (1, 100)) for m, v in e.maps.items()}  # 400 "tokens" of floats
+    e.tokens = e.tokens * 100
+    text = repr(e)
+    assert "\n" not in text and len(text) < 200
+    assert text == (
+        "Explanation(text='good movie', tokens=400, layers=3, methods=['rollout', 'flow'], layer=2, "
+        "prediction='POSITIVE')"
+    )
+
+
+def test_show_outside_a_notebook_writes_the_page_and_says_so(tmp_path, monkeypatch, capsys):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setattr("sys.platform", "linux")
+    assert _explanation().show() is not None  # the figure comes back
+    err = capsys.readouterr().err
+    (page,) = tmp_path.glob("attnflow-*.html")
+    assert f"attnflow: wrote {page}" in err and "no browser" in err
+    assert "POSITIVE" in page.read_text(encoding="utf-8")
+
+
+def test_show_opens_the_page_in_the_browser_when_there_is_a_display(tmp_path, monkeypatch, capsys):
+    import tempfile
+    import webbrowser
+
+    opened = []
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("DISPLAY", ":0")
+    monkeypatch.setattr(webbrowser, "open", lambda uri: opened.append(uri) or True)
+    _explanation().show()
+    (page,) = tmp_path.glob("attnflow-*.html")
+    assert opened == [page.resolve().as_uri()] and "opened in the web browser" in capsys.readouterr().err
+
+
+def test_the_notebook_frame_grows_with_layers_and_tokens_and_asks_the_page_for_its_height():
+    from attnflow.display import frame_height
+
+    e = _explanation()
+    small = frame_height(e)
+    e.maps = {m: np.vstack([v] * 4) for m, v in e.maps.items()}  # 12 layers
+    assert frame_height(e) >= small + 9 * 28
+    out = e._repr_html_()
+    assert f"height:{frame_height(e)}px" in out and "attnflowHeight" in out
+    page = html.unescape(re.search(r'srcdoc="([^"]*)"', out).group(1))
+    assert "attnflowHeight" in page  # the page reports its height to the frame

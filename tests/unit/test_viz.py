@@ -41,9 +41,9 @@ def test_the_table_lists_every_token_with_a_score_and_a_bar_per_method():
     assert lines[1].split() == ["#", "token", "rollout", "flow"]
     assert len(lines) == 2 + len(TOKENS)
     good = lines[3]
-    assert (
-        "good" in good and "0.500 ████████" in good and "0.300 ██████" in good
-    )  # each method scaled to its max
+    # the colour rule: rollout row [.25, .5, .125, 0, .125], n = 5: good's share 1/2 ->
+    # log(2.5) / log(5) = 0.569 of 8 blocks = 36 eighths; flow's .3 of 1: log(1.5) / log(5) = 0.252 -> 16
+    assert "good" in good and "0.500 ████▌" in good and "0.300 ██" in good
     # columns line up: the flow scores start at the same offset on every row
     offsets = {line.index(f"{v:.3f}", 20) for line, v in zip(lines[2:], MAPS["flow"][1], strict=True)}
     assert len(offsets) == 1
@@ -54,8 +54,16 @@ def test_muted_tokens_leave_the_bar_scale_so_the_others_stay_readable():
         ["[CLS]", "good", "bad"], {"flow": [0.8, 0.15, 0.05]}, bar_width=6, muted=[0]
     ).splitlines()
     assert lines[1].endswith("0.800 ░░░░░░")  # clipped, drawn apart
-    assert lines[2].endswith("0.150 ██████")  # the largest unmuted score fills the width
-    assert lines[3].endswith("0.050 ██")
+    # n = 2 without [CLS]: good holds 3/4 -> log(1.5) / log(2) = 0.585 of 6 blocks = 28 eighths
+    assert lines[2].endswith("0.150 ███▌")
+    assert lines[3].endswith("0.050")  # 1/4 < 1/2, the uniform share: no bar
+
+
+def test_a_uniform_method_draws_no_bars_and_a_negative_score_is_marked():
+    flat = token_table(["a", "b", "c", "d"], {"flow": [0.25] * 4}, bar_width=4).splitlines()
+    assert [line.split()[-1] for line in flat[1:]] == ["0.250"] * 4  # uniform: no bar stands out
+    rows = token_table(["a", "b", "c", "d"], {"lrp": [0.5, -0.5, 0.0, 0.0]}, bar_width=4).splitlines()
+    assert rows[1].endswith("0.500 ██") and rows[2].endswith("-0.500 ▒▒")  # share 1/2 of n = 4: half width
 
 
 def test_the_table_rejects_scores_that_do_not_match_the_tokens():
@@ -79,14 +87,14 @@ def test_the_png_is_written_without_pyplot(tmp_path):
     assert (tmp_path / "h.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("scale", ["panel", "row"])
+@pytest.mark.parametrize("scale", ["uniform", "panel", "row"])
 def test_the_heatmap_has_one_panel_per_method_with_tokens_and_rows_labelled(scale):
     fig = heatmap_figure(MAPS, columns=TOKENS, rows=["L1", "L2"], scale=scale, muted_columns=[0, 4])
     panels = [ax for ax in fig.axes if ax.get_title(loc="left")]
     assert [ax.get_title(loc="left") for ax in panels] == ["rollout", "flow"]
     assert [t.get_text() for t in panels[0].get_xticklabels()] == TOKENS
     assert [t.get_text() for t in panels[0].get_yticklabels()] == ["L1", "L2"]
-    assert "12" in {t.get_text() for t in panels[0].texts}  # 0.125 written as 12 %
+    assert "12.5" in {t.get_text() for t in panels[0].texts}  # 0.125 written as 12.5 %
 
 
 def test_the_heatmap_rejects_a_matrix_of_the_wrong_shape(tmp_path):

@@ -151,6 +151,22 @@ def faithfulness_samples(
     return pd.concat(scores, ignore_index=True).astype({"layer": "Int64"}), curves.reset_index()
 
 
+def maps_layers(maps: Mapping[str, Sequence[np.ndarray]]) -> int:
+    """The number of layers of the study's (L, T_i) maps (0 without maps)."""
+    first = next(iter(maps.values()), None)
+    return int(np.shape(first[0])[0]) if first is not None and len(first) else 0
+
+
+def check_layers(layers: Sequence[int], n_layers: int) -> None:
+    """Each of ``layers`` (``faithfulness.layers``, 1-based) is one of the model's `n_layers`
+    layers; a ValueError names the key and the range otherwise."""
+    if bad := [k for k in layers if not 1 <= k <= n_layers]:
+        raise ValueError(
+            f"faithfulness.layers={list(layers)}: {', '.join(map(str, bad))} not among the model's "
+            f"{n_layers} layers (1-based: 1..{n_layers})"
+        )
+
+
 def study_rankings(
     maps: Mapping[str, Sequence[np.ndarray]],
     importance: Mapping[str, Sequence[np.ndarray]],
@@ -164,10 +180,9 @@ def study_rankings(
     >>> sorted(study_rankings(maps, {"blank_out": [np.array([0.0, 1.0])]}, layers=[1]), key=str)
     [('blank_out', None), ('flow', 1), ('flow', 2)]
     """
-    n_layers = next(iter(maps.values()))[0].shape[0] if maps else 0
+    n_layers = maps_layers(maps)
+    check_layers(layers, n_layers)
     chosen = sorted({*(layers or range(1, n_layers + 1)), n_layers}) if n_layers else []
-    if bad := [k for k in chosen if not 1 <= k <= n_layers]:
-        raise ValueError(f"layers {bad} out of range: the maps have {n_layers} layers (1-based)")
     out: dict[tuple[str, int | None], list[np.ndarray]] = {
         (m, k): [a[k - 1] for a in per_sample] for m, per_sample in maps.items() for k in chosen
     }
@@ -229,6 +244,7 @@ def faithfulness_study(
     from attnflow.metrics.agreement import agreement_table
     from attnflow.metrics.tables import summary_frame
 
+    check_layers(layers, maps_layers(maps))  # before the work, not after the agreement table
     agreement = agreement_table({**maps, **importance}, k=top_k, n_boot=n_boot, seed=seed)
     chosen = faithfulness_subset(len(input_ids), n_samples, seed)
     rankings = {
@@ -271,6 +287,7 @@ def faithfulness_with_comparators(
     """
     from .comparators import compare_on_subset
 
+    check_layers(study.get("layers", ()), maps_layers(maps))  # before the comparators' work
     subset = [input_ids[i] for i in faithfulness_subset(len(input_ids), n_samples, seed)]
     extra, cost = compare_on_subset(
         model, encoder, subset, methods=methods, task_rows=task_rows, keep_positions=keep_positions,

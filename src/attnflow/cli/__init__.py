@@ -44,27 +44,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (0 ok, 2 bad input)."""
+    """Run the command line; returns the exit code: 0 ok, 2 bad input, 1 an output that could not be
+    made (a figure, a full stdout: every other output is complete), 141 the reader of stdout went
+    away (``| head``; files complete, printing stopped quietly), 130 interrupted."""
+    from attnflow.cli import stdout
+
+    stdout.reset()  # a second call in one process starts with a working stdout again
     parser = build_parser()
     args = parser.parse_args(argv)
     debug = args.debug or os.environ.get("ATTNFLOW_DEBUG", "") not in ("", "0")
     try:
-        return int(args.func(args) or 0)
+        with stdout.guarded_stderr():  # progress bars and warnings: a closed stderr costs nothing
+            code = int(args.func(args) or 0)
+        return stdout.finish(code, args.command)
     except CLIError as exc:
         if debug:
             raise
-        print(f"attnflow {args.command}: error: {terminal_text(str(exc))}", file=sys.stderr)
-        return 2
+        stdout.tell(f"attnflow {args.command}: error: {terminal_text(str(exc))}")
+        return stdout.finish(exc.code, args.command)
     except ModuleNotFoundError as exc:
         from attnflow._extras import extra_hint
 
         hint = extra_hint(exc.name)
         if debug or hint is None:
             raise
-        print(f"attnflow {args.command}: error: {exc.name!r} is not installed: {hint}", file=sys.stderr)
+        stdout.tell(f"attnflow {args.command}: error: {exc.name!r} is not installed: {hint}")
         return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        stdout.tell("interrupted")
         return 130
 
 
@@ -82,6 +89,9 @@ def run() -> None:
     import logging
 
     logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:  # main flushed stdout and said any failure; a stream gone since costs no traceback
+            stream.flush()
+        except (OSError, ValueError):
+            pass
     os._exit(code)

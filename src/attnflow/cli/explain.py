@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +29,14 @@ from attnflow.cli.common import (
 from attnflow.cli.inputs import (
     check_encoding,
     check_out,
+    made,
     read_inputs,
+    said_written,
     terminal_text,
     write_data,
     write_outputs,
 )
+from attnflow.cli.stdout import say
 from attnflow.schema import value_problem
 
 
@@ -47,7 +51,11 @@ def _add_explain(sub: Any) -> None:
         ),
         formatter_class=HelpFormatter,
     )
-    p.add_argument("--model", required=True, help="hub name, local folder, or 'minilm' (packaged MiniLM)")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="hub name, local folder, 'minilm-sst2' (packaged sentiment classifier) or 'minilm' (packaged MiniLM encoder, no head)",
+    )
     p.add_argument("--text", action="append", help="text to explain (repeat for several)")
     p.add_argument("--file", help="explain every non-empty line of this file ('-' = stdin)")
     p.add_argument("--encoding", default="utf-8", help="text encoding of --file")
@@ -77,9 +85,11 @@ def _add_explain(sub: Any) -> None:
     )
     p.add_argument(
         "--scale",
-        choices=("panel", "row"),
-        default="panel",
-        help="PNG shading: one 0..max scale per method, or relative to each layer's largest score",
+        choices=("uniform", "panel", "row"),
+        default="uniform",
+        help="PNG shading: each token's share against the uniform share 1/n (white at or below it; "
+        "the rule of every attnflow picture), one 0..max scale per method, or relative to each layer's "
+        "largest score",
     )
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (GPU when present)")
     p.add_argument("--batch-size", type=int, default=32, help="texts per forward")
@@ -148,6 +158,27 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     for e in explanations:  # the layer shown, 1-based on the command line
         e.layer = int(layer_index(layer, e.num_layers))
+    failed: list[str] = []  # outputs that could not be made (the others still are)
+
+    def write(out: Path, name: str) -> list[Path]:
+        written: list[Path] = []
+
+        def png(e: Any, path: Path) -> Path:
+            return save_png(path, explanation_figure(e, methods=methods, name=name, scale=args.scale))
+
+        if "png" in formats:
+            for i, e in enumerate(explanations):
+                path = out / _png_name(i, len(explanations))
+                written += made(path, partial(png, e, path), failed)
+        if "html" in formats:
+            items = [explanation_item(e, methods=methods, name=name) for e in explanations]
+            page = out / "explain.html"
+            written += made(
+                page, partial(write_html, page, items, title=f"attnflow explain · {name}"), failed
+            )
+        return written + write_data(save_explanations, explanations, out, "explain", formats, failed)
+
+    written = write_outputs(args, write)  # files first: no reader of the tables can cost one
     show_table = args.table if args.table is not None else len(texts) <= TABLE_INPUTS
     if show_table and not args.quiet:
         for i, e in enumerate(explanations):
@@ -155,19 +186,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
             head = f"[{i + 1}] {text}" if len(texts) > 1 else text
             scores = {m: e.scores(m) for m in methods}
             muted = e.meta.get("special", [])
-            title = f"{head}\n{_summary(e)}" + ("  (░: special token, off the bar scale)" if muted else "")
-            print(token_table(e.tokens, scores, title=title, muted=muted))
-            print()
-
-    def write(out: Path, name: str) -> list[Path]:
-        written: list[Path] = []
-        if "png" in formats:
-            for i, e in enumerate(explanations):
-                fig = explanation_figure(e, methods=methods, name=name, scale=args.scale)
-                written.append(save_png(out / _png_name(i, len(explanations)), fig))
-        if "html" in formats:
-            items = [explanation_item(e, methods=methods, name=name) for e in explanations]
-            written.append(write_html(out / "explain.html", items, title=f"attnflow explain · {name}"))
-        return written + write_data(save_explanations, explanations, out, "explain", formats)
-
-    return write_outputs(args, write)
+            title = f"{head}\n{terminal_text(_summary(e))}" + (
+                "  (bars: share against the uniform 1/n, empty at or below it"
+                + ("; ░: special token, off the bar scale)" if muted else ")")
+            )
+            say(token_table(e.tokens, scores, title=title, muted=muted))
+            say()
+    return said_written(written, quiet=args.quiet, failed=failed, out=args.out)

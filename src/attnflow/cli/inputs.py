@@ -9,6 +9,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,10 @@ def read_inputs(
         out.append(text)
     if file is not None:
         if file == "-":
+            if _is_terminal(sys.stdin):  # a wait with no end in sight: say what it waits for
+                from attnflow.cli.stdout import tell
+
+                tell("reading inputs from standard input, one per line; end with Ctrl-D")
             name, data = "-", sys.stdin.buffer.read()
         else:
             path = Path(file)
@@ -104,6 +109,13 @@ def read_inputs(
     if not out:
         raise CLIError("nothing to explain: pass --text TEXT or --file FILE (one input per line)")
     return out
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def _ordinal(n: int) -> str:
@@ -146,28 +158,55 @@ def _write_error(out: Path, exc: OSError) -> CLIError:
     return CLIError(f"--out {out}: cannot write {where} ({exc.strerror or exc}); expected a writable folder")
 
 
-def write_data(save: Any, results: Sequence[Any], out: Path, verb: str, formats: Sequence[str]) -> list[Path]:
-    """`save(results, out / "<verb>.<fmt>")` for each data format asked for (json, then safetensors)."""
-    return [save(results, out / f"{verb}.{fmt}") for fmt in ("json", "safetensors") if fmt in formats]
+def write_data(
+    save: Any, results: Sequence[Any], out: Path, verb: str, formats: Sequence[str], failed: list[str]
+) -> list[Path]:
+    """`save(results, out / "<verb>.<fmt>")` for each data format asked for (json, then safetensors),
+    each through `made`."""
+    paths = [out / f"{verb}.{fmt}" for fmt in ("json", "safetensors") if fmt in formats]
+    return [p for path in paths for p in made(path, partial(save, results, path), failed)]
 
 
-def write_outputs(args: Any, write: Callable[[Path, str], list[Path]]) -> int:
-    """With ``--out``: ``write(folder, model name) -> written paths``, then `said_written`; an OSError
-    on the way (a disk may fill, a folder vanish after `check_out`) is one line naming the path.
-    The exit code, 0."""
+def write_outputs(args: Any, write: Callable[[Path, str], list[Path]]) -> list[Path]:
+    """With ``--out``: ``write(folder, model name) -> written paths`` (none without it). Called before
+    anything is printed, so no reader of stdout can cost a file. An OSError on the way (a disk may
+    fill, a folder vanish after `check_out`) is one line naming the path."""
     if args.out is None:
-        return 0
+        return []
     out = Path(args.out)
     try:
-        written = write(out, Path(args.model).name or args.model)
+        return write(out, Path(args.model).name or args.model)
     except OSError as exc:
         raise _write_error(out, exc) from None
-    return said_written(written, quiet=args.quiet)
 
 
-def said_written(written: Sequence[Path], *, quiet: bool) -> int:
-    """Say on stderr which files were written (the first five, then a count); the exit code, 0."""
-    if not quiet:
+def made(path: Path, make: Callable[[], Path], failed: list[str]) -> list[Path]:
+    """``[make()]``, or [] with `path` and the reason added to `failed` when this output cannot be
+    made (a figure matplotlib cannot draw, a page or file its writer refuses): one output never
+    costs the others. An OSError (the disk, the folder) still ends the command, naming the path."""
+    try:
+        return [make()]
+    except OSError:
+        raise
+    except Exception as exc:  # whatever the plotting library or a writer raises for this output
+        reason = (str(exc).strip().splitlines() or [""])[0][:120]
+        failed.append(f"{path.name} ({type(exc).__name__}{': ' + reason if reason else ''})")
+        return []
+
+
+def said_written(written: Sequence[Path], *, quiet: bool, failed: Sequence[str] = (), out: Any = None) -> int:
+    """Say on stderr which files were written (the first five, then a count; each path escaped as
+    `terminal_text`); the exit code, 0. Outputs in `failed` end the command with `OutputError`
+    (exit code 1) naming them, after the others are said."""
+    from attnflow.cli.common import OutputError
+    from attnflow.cli.stdout import tell
+
+    if written and not quiet:
         shown = written if len(written) <= 6 else [*written[:5], f"... ({len(written)} files)"]
-        print("wrote " + ", ".join(str(p) for p in shown), file=sys.stderr)
+        tell("wrote " + ", ".join(terminal_text(str(p)) for p in shown))
+    if failed:
+        more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
+        raise OutputError(
+            f"--out {out}: could not make {', '.join(failed[:3])}{more}; every other output is written"
+        )
     return 0

@@ -10,7 +10,7 @@
 - `infidelity_masking`, `sensitivity_masking` (``perturb``): token-masking perturbations for
   captum's metrics on token ids.
 
-captum and ferret are optional: ``pip install --no-deps -r requirements-compare.txt``.
+captum and ferret are optional: ``pip install "attnflow[compare]"`` (ferret-xai 0.4.1 to 0.4.x).
 Importing this package needs neither; see docs/methods/compare.md.
 """
 

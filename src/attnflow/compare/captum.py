@@ -7,7 +7,7 @@ it as they take ``FeatureAblation`` on the same ids or a layer method on the emb
 summed over hidden. `integrated_gradients` is captum's ``LayerIntegratedGradients`` on the word
 embeddings (IG × input, summed over hidden), not a re-implementation.
 
-captum is optional (``pip install --no-deps -r requirements-compare.txt``): this module imports
+captum is optional (``pip install "attnflow[compare]"``): this module imports
 without it, and the adapters raise ImportError naming that file when it is missing. Usage::
 
     from attnflow.compare.captum import AttnflowAttribution, integrated_gradients
@@ -28,20 +28,28 @@ import torch
 
 from .scores import logits_forward, method_options, token_attributions
 
+_IMPORT_ERROR: BaseException | None = None  # why captum could not be used, said when it is needed
 try:
     from captum.attr import Attribution as _Attribution
-except ImportError:  # the adapters say what to install when they are used
+except Exception as exc:  # a broken dependency of captum raises anything on import
     _Attribution = object
+    _IMPORT_ERROR = exc
 
 __all__ = ["AttnflowAttribution", "IGAttribution", "integrated_gradients", "require_captum"]
 
-INSTALL_HINT = "pip install --no-deps -r requirements-compare.txt"
+INSTALL_HINT = 'pip install "attnflow[compare]"'
 
 
 def require_captum() -> None:
-    """Raise ImportError with the install command when captum is missing."""
-    if _Attribution is object:
-        raise ImportError(f"attnflow.compare.captum needs captum: {INSTALL_HINT}")
+    """Raise ImportError saying what is wrong when captum cannot be used: not installed (the
+    install command), or installed but failing to import (the error it raised)."""
+    if _Attribution is not object:
+        return
+    exc = _IMPORT_ERROR
+    if exc is None or (isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "captum"):
+        raise ImportError(f"attnflow.compare.captum needs captum, which is not installed: {INSTALL_HINT}")
+    first = (str(exc).splitlines() or [""])[0]
+    raise ImportError(f"captum is installed but importing it failed: {type(exc).__name__}: {first}") from exc
 
 
 class AttnflowAttribution(_Attribution):

@@ -7,8 +7,10 @@ explainers), the scores of `attnflow.compare.token_attributions`. ferret's ``Ben
 computes AOPC comprehensiveness / sufficiency (DeYoung et al., ACL 2020) and τ-LOO on it, next to
 ferret's own explainers.
 
-ferret is optional (``pip install --no-deps -r requirements-compare.txt``): this module imports
-without it, and the explainer raises ImportError naming that file when it is missing. Usage::
+ferret is optional (``pip install "attnflow[compare]"``; ferret-xai 0.4.1 to 0.4.x, whose
+``ferret.explainers.BaseExplainer`` this class extends): this module imports without it, and the
+explainer raises ImportError saying what is wrong when it cannot be used -- ferret missing, a
+version without that class, or ferret failing to import (the error it raised). Usage::
 
     from ferret import Benchmark
     from attnflow.compare.ferret import AttnflowExplainer
@@ -23,22 +25,55 @@ from typing import Any
 
 from .scores import method_options, token_attributions
 
+# The ferret-xai versions this adapter supports (also the bound of the [compare] extra): both
+# 0.4.1 (what pip picks next to transformers 5) and 0.4.2 define ferret.explainers.BaseExplainer.
+SUPPORTED = ">=0.4.1,<0.5"
+INSTALL_HINT = f'pip install "attnflow[compare]" (ferret-xai{SUPPORTED})'
+
+_IMPORT_ERROR: BaseException | None = None  # why ferret could not be used, said when it is needed
 try:
-    from ferret import BaseExplainer as _BaseExplainer
-except ImportError:  # the explainer says what to install when it is used
+    from ferret.explainers import BaseExplainer as _BaseExplainer
+except Exception as exc:  # a broken dependency of ferret raises anything on import
     _BaseExplainer = object
+    _IMPORT_ERROR = exc
 
-__all__ = ["AttnflowExplainer", "require_ferret"]
+__all__ = ["INSTALL_HINT", "SUPPORTED", "AttnflowExplainer", "require_ferret"]
 
-INSTALL_HINT = "pip install --no-deps -r requirements-compare.txt"
 # Options of token_attributions a call may override (ferret passes **explainer_args through).
 _OPTIONS = ("layer", "rows", "residual", "heads")
 
 
+def _installed_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ferret-xai")
+    except PackageNotFoundError:
+        return None
+
+
 def require_ferret() -> None:
-    """Raise ImportError with the install command when ferret (ferret-xai) is missing."""
-    if _BaseExplainer is object:
-        raise ImportError(f"attnflow.compare.ferret needs ferret-xai: {INSTALL_HINT}")
+    """Raise ImportError saying what is wrong when ferret (ferret-xai) cannot be used.
+
+    Not installed: the install command. Installed but ferret.explainers has no BaseExplainer: its
+    version and the supported ones. Installed but its import fails: the error it raised (often a
+    dependency of ferret's that is missing or too new).
+    """
+    if _BaseExplainer is not object:
+        return
+    installed = _installed_version()
+    exc = _IMPORT_ERROR
+    if installed is None or (isinstance(exc, ModuleNotFoundError) and exc.name == "ferret"):
+        raise ImportError(f"attnflow.compare.ferret needs ferret-xai, which is not installed: {INSTALL_HINT}")
+    if isinstance(exc, ImportError) and "BaseExplainer" in str(exc):
+        raise ImportError(
+            f"ferret-xai {installed} has no ferret.explainers.BaseExplainer; attnflow supports "
+            f"ferret-xai{SUPPORTED}: {INSTALL_HINT}"
+        )
+    first = (str(exc).splitlines() or [""])[0]
+    raise ImportError(
+        f"ferret-xai {installed} is installed but importing it failed: {type(exc).__name__}: {first}"
+    ) from exc
 
 
 class AttnflowExplainer(_BaseExplainer):

@@ -14,7 +14,7 @@ KIND = "text"  # attnflow.explanation_file's kind of these files
 MAX_LOGITS_IN_DICT = 1024
 
 
-@dataclass
+@dataclass(repr=False)
 class Explanation:
     """Per-method token attributions of one input, for every layer.
 
@@ -54,25 +54,48 @@ class Explanation:
 
         return explanation_frame(self)
 
-    def plot(self, methods: Sequence[str] | None = None, *, scale: str = "panel") -> Any:
-        """A matplotlib Figure: one [layer x token] heatmap per method, as the CLI's PNG."""
+    def plot(self, methods: Sequence[str] | None = None, *, scale: str = "uniform") -> Any:
+        """A matplotlib Figure: one [layer x token] heatmap per method, as the CLI's PNG.
+
+        scale: the shading rule (`attnflow.viz.heatmap_figure`); "uniform", the default of every
+        attnflow picture, shades each token's share against the uniform share 1/n.
+        """
         from attnflow.display import explanation_figure
 
         return explanation_figure(self, methods=methods, scale=scale)
 
-    def show(self, methods: Sequence[str] | None = None, *, scale: str = "panel") -> Any:
-        """Display `plot()` inline in a notebook (IPython), and return the figure."""
-        fig = self.plot(methods, scale=scale)
-        try:
-            from IPython.display import Image, display
-        except ImportError:  # not in IPython: the caller gets the figure to save
-            return fig
-        import io
+    def show(self, methods: Sequence[str] | None = None, *, scale: str = "uniform") -> Any:
+        """Show the explanation and return `plot()`'s figure.
 
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=100)  # a PNG: shown whatever matplotlib backend is active
-        display(Image(data=buf.getvalue()))
+        In a notebook (an IPython kernel): the figure inline. Elsewhere (a script, a terminal):
+        the interactive HTML page is written to a temporary file and opened in the web browser
+        when there is a display to open it on; a line on stderr says which file, and whether a
+        browser was asked to open it.
+        """
+        fig = self.plot(methods, scale=scale)
+        if _in_notebook():
+            import io
+
+            from IPython.display import Image, display
+
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png", dpi=100)  # a PNG: shown whatever matplotlib backend is active
+            display(Image(data=buf.getvalue()))
+            return fig
+        from attnflow.display import open_page
+
+        open_page(self, methods=methods)
         return fig
+
+    def __repr__(self) -> str:
+        """One line: the text, its size, the methods and the prediction (the maps left out)."""
+        text = self.text if self.text is None or len(self.text) <= 40 else self.text[:37] + "..."
+        parts = [f"text={text!r}"] if self.text is not None else []
+        parts += [f"tokens={len(self.tokens)}", f"layers={self.num_layers}", f"methods={list(self.maps)}"]
+        parts.append(f"layer={self.layer}")
+        if self.label is not None or self.prediction is not None:
+            parts.append(f"prediction={self.label if self.label is not None else self.prediction!r}")
+        return f"Explanation({', '.join(parts)})"
 
     def _repr_html_(self) -> str:
         """The CLI's interactive HTML view (method, layer, tokens shaded), in a notebook cell."""
@@ -117,8 +140,37 @@ class Explanation:
         )
 
     def save(self, path: str | Path) -> Path:
-        """Write this explanation as .json or .safetensors (by the suffix of `path`)."""
+        """Write this explanation to `path`, in the format its suffix names, and return the path.
+
+        ``.json`` / ``.safetensors``: the data (`save_explanations`, read back by
+        `load_explanations`); ``.html``: the CLI's interactive page; ``.png``: `plot()`'s picture.
+        """
+        path = Path(path)
+        suffix = path.suffix.lower()
+        if suffix == ".html":
+            from attnflow.display import explanation_item
+            from attnflow.viz import write_html
+
+            return write_html(path, [explanation_item(self)], title="attnflow")
+        if suffix == ".png":
+            from attnflow.viz import save_png
+
+            return save_png(path, self.plot())
+        if suffix not in (".json", ".safetensors"):
+            raise ValueError(
+                f"cannot save an explanation as {path.name!r}: use .html, .png, .json or .safetensors"
+            )
         return save_explanations([self], path)
+
+
+def _in_notebook() -> bool:
+    """Whether this runs in an IPython kernel (a notebook), where display() draws inline."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def save_explanations(explanations: Sequence[Explanation], path: str | Path) -> Path:
@@ -171,6 +223,8 @@ def load_explanations(path: str | Path) -> list[Explanation]:
             for i, d in enumerate(records):
                 if not isinstance(d, dict) or not isinstance(d.get("methods"), list):
                     raise ArtifactError(f"explanation {i} has no list of methods")
+                for m in d["methods"]:  # by the declared shape, before a byte of the tensor is read
+                    _check_declared_shape(get.shape(f"{i}/{m}"), f"{i}/{m}", d.get("tokens"))
                 d["maps"] = {m: get(f"{i}/{m}").astype(np.float64) for m in d.pop("methods")}
         return [_explanation_from_record(d, i) for i, d in enumerate(records)]
     except ArtifactError as exc:
@@ -178,6 +232,22 @@ def load_explanations(path: str | Path) -> list[Explanation]:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a field the checks do not cover
         first = (str(exc).splitlines() or [""])[0]
         raise ArtifactError(f"{path}: not an explanations file ({type(exc).__name__}: {first})") from exc
+
+
+# More layers than any model has (the largest have ~130): a map declaring more is out of proportion.
+MAX_LAYERS = 4096
+
+
+def _check_declared_shape(shape: tuple[int, ...], name: str, tokens: Any) -> None:
+    """A tensor's declared shape fits its record: [layer, token], len(tokens) columns, <= MAX_LAYERS rows."""
+    from attnflow.io import ArtifactError
+
+    n = len(tokens) if isinstance(tokens, list) else None
+    if len(shape) != 2 or (n is not None and shape[1] != n) or shape[0] > MAX_LAYERS:
+        raise ArtifactError(
+            f"tensor {name} declares shape {shape}, out of proportion to its record: expected "
+            f"(layers <= {MAX_LAYERS}, {n if n is not None else 'tokens'})"
+        )
 
 
 def _explanation_from_record(d: Any, i: int) -> Explanation:
@@ -203,8 +273,22 @@ def _explanation_from_record(d: Any, i: int) -> Explanation:
             raise ArtifactError(
                 f"explanation {i}: map {m!r} has shape {arr.shape}, expected (layers, {len(tokens)})"
             )
+        if not np.isfinite(arr).all():
+            bad = int((~np.isfinite(arr)).sum())
+            raise ArtifactError(
+                f"explanation {i}: map {m!r} holds {bad} value(s) that are not finite (NaN or inf); "
+                "scores must be finite numbers"
+            )
+    layers = {m: np.shape(v)[0] for m, v in maps.items()}
+    if len(set(layers.values())) > 1:
+        raise ArtifactError(f"explanation {i}: its maps disagree on the number of layers ({layers})")
     if isinstance(d["layer"], bool) or not isinstance(d["layer"], int):
         raise ArtifactError(f"explanation {i}: layer must be an integer, got {d['layer']!r}")
+    n_layers = next(iter(layers.values()))
+    if not 0 <= d["layer"] < n_layers:
+        raise ArtifactError(
+            f"explanation {i}: layer {d['layer']} is outside its maps' {n_layers} layers (0..{n_layers - 1}, 0-based)"
+        )
     if d.get("logits") is not None:
         try:
             np.asarray(d["logits"], dtype=np.float64)

@@ -123,17 +123,22 @@ _HEADS = (
 def load_model(name: str, *, device: str | torch.device = "cpu") -> tuple[Any, Any]:
     """(model in eval mode on `device`, tokenizer or image processor) for a hub name or local folder.
 
-    "minilm" is the packaged MiniLM (attnflow.models.hf.resolve_pretrained). The head follows the
+    "minilm" is the packaged MiniLM (attnflow.models.hf.resolve_pretrained), a sentence encoder
+    without a trained head; "minilm-sst2" is that MiniLM fine-tuned as an SST-2 sentiment classifier
+    (negative / positive), shipped with attnflow (attnflow.models.minilm_sst2). The head follows the
     checkpoint's `architectures` (sequence / image classifier, causal LM); otherwise the bare
     model (no logits). Local files first; the hub only when it answers. A pickled checkpoint that
     holds code is refused with UnsafeCheckpointError (naming the file).
     """
     import transformers
 
-    from attnflow.models.hf import _from_pretrained, resolve_pretrained
+    from attnflow.models.hf import load_offline_first, resolve_pretrained
+    from attnflow.models.minilm_sst2 import MINILM_SST2, load_minilm_sst2
 
+    if name == MINILM_SST2:
+        return load_minilm_sst2(device=device)
     path = resolve_pretrained(name)
-    config = _from_pretrained(transformers.AutoConfig.from_pretrained, path)
+    config = load_offline_first(transformers.AutoConfig.from_pretrained, path)
     archs = list(getattr(config, "architectures", None) or [])
     auto = "AutoModel"
     for suffixes, cls in _HEADS:
@@ -141,14 +146,14 @@ def load_model(name: str, *, device: str | torch.device = "cpu") -> tuple[Any, A
             auto = cls
             break
     try:
-        model = _from_pretrained(getattr(transformers, auto).from_pretrained, path)
+        model = load_offline_first(getattr(transformers, auto).from_pretrained, path)
     except Exception as exc:
         if is_unsafe_pickle(exc):
             raise unsafe_checkpoint_error(path) from None
         raise
     model.to(device).eval()
     if getattr(config, "vocab_size", None) is None and getattr(config, "image_size", None) is not None:
-        processor = _from_pretrained(transformers.AutoImageProcessor.from_pretrained, path)
+        processor = load_offline_first(transformers.AutoImageProcessor.from_pretrained, path)
     else:
-        processor = _from_pretrained(transformers.AutoTokenizer.from_pretrained, path)
+        processor = load_offline_first(transformers.AutoTokenizer.from_pretrained, path)
     return model, processor

@@ -34,6 +34,7 @@ from .outputs import Declared, declared, file_summary, headline, log_outputs
 from .runs import (
     EXPERIMENT_KIND,
     GENERATED,
+    HEADLINE_VIEW,
     HTTP_DEFAULTS,
     NOTE_TAG,
     PARENT_TAG,
@@ -45,6 +46,7 @@ from .runs import (
     config_hash,
     file_md5,
     flatten,
+    headline_columns,
     inputs_md5,
     layer_steps,
     lightning_logger,
@@ -57,6 +59,7 @@ from .runs import (
 __all__ = [
     "EXPERIMENT_KIND",
     "GENERATED",
+    "HEADLINE_VIEW",
     "HTTP_DEFAULTS",
     "NOTE_TAG",
     "PARENT_TAG",
@@ -72,6 +75,7 @@ __all__ = [
     "file_summary",
     "flatten",
     "headline",
+    "headline_columns",
     "inputs_md5",
     "layer_steps",
     "lightning_logger",

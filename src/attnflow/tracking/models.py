@@ -11,6 +11,7 @@ pickles the module, so loading it needs ``attnflow`` importable (``pip install -
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,14 @@ from torch import nn
 
 from .runs import StageRun
 
-__all__ = ["EXAMPLE_TEXTS", "TokenIdsClassifier", "log_classifier", "registered_name"]
+__all__ = [
+    "EXAMPLE_TEXTS",
+    "TokenIdsClassifier",
+    "log_classifier",
+    "registered_name",
+    "version_description",
+    "version_tags",
+]
 
 # What the input example encodes (unknown words become <unk>: it shows the format, not the task).
 EXAMPLE_TEXTS = ("the keys to the cabinet", "a gripping , funny film")
@@ -56,9 +64,45 @@ def _requirements(model: nn.Module) -> list[str]:
     return reqs
 
 
-def log_classifier(run: StageRun, model_dir: str | Path, *, registered_name: str) -> Any:
+def version_tags(
+    run: StageRun, train_metrics: Mapping[str, Any] | None, *, task: str | None
+) -> dict[str, str]:
+    """The tags of a registered model version: the run's seed, config hash, the config-group
+    choices (protocol, recipe, switch), the task and the held-out accuracy of ``train_metrics``
+    (as ``<eval_split>_accuracy``, e.g. ``test_accuracy``)."""
+    run_tags = run.client.get_run(run.run_id).data.tags
+    keys = ("seed", "config_hash", "protocol", "recipe", "switch", "git_commit")
+    tags = {k: run_tags[k] for k in keys if k in run_tags}
+    if task:
+        tags["task"] = task
+    if train_metrics and isinstance(train_metrics.get("accuracy"), int | float):
+        tags[f"{train_metrics.get('eval_split', 'test')}_accuracy"] = (
+            f"{float(train_metrics['accuracy']):.4f}"
+        )
+    return tags
+
+
+def version_description(tags: Mapping[str, str]) -> str:
+    """One line a reader of the model registry can tell versions apart by.
+
+    >>> version_description({"task": "agreement", "seed": "1", "protocol": "paper",
+    ...     "recipe": "authors", "config_hash": "0123456789abcdef", "test_accuracy": "0.9812"})
+    'agreement classifier, seed 1, protocol paper, recipe authors, config 0123456; test_accuracy 0.9812'
+    """
+    parts = [f"{tags.get('task', 'attnflow')} classifier"]
+    parts += [f"{k} {tags[k]}" for k in ("seed", "protocol", "recipe", "switch") if k in tags]
+    if "config_hash" in tags:
+        parts.append(f"config {tags['config_hash'][:7]}")
+    accuracy = [f"{k} {v}" for k, v in tags.items() if k.endswith("_accuracy")]
+    return ", ".join(parts) + ("; " + ", ".join(accuracy) if accuracy else "")
+
+
+def log_classifier(
+    run: StageRun, model_dir: str | Path, *, registered_name: str, tags: Mapping[str, str] | None = None
+) -> Any:
     """Log the classifier exported in ``model_dir`` (:func:`attnflow.models.io.save_classifier`) as
-    the MLflow model ``model`` of ``run``, registered as ``registered_name``; returns the model info."""
+    the MLflow model ``model`` of ``run``, registered as ``registered_name``, the new version
+    tagged with ``tags`` and described by :func:`version_description`; returns the model info."""
     import mlflow.pytorch
     from mlflow.models import ModelSignature
     from mlflow.types import Schema, TensorSpec
@@ -75,7 +119,7 @@ def log_classifier(run: StageRun, model_dir: str | Path, *, registered_name: str
         inputs=Schema([TensorSpec(np.dtype(np.int64), (-1, -1))]),
         outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, n_classes))]),
     )
-    return mlflow.pytorch.log_model(
+    info = mlflow.pytorch.log_model(
         wrapped,
         name="model",
         signature=signature,
@@ -84,3 +128,9 @@ def log_classifier(run: StageRun, model_dir: str | Path, *, registered_name: str
         pip_requirements=_requirements(model),
         run_id=run.run_id,
     )
+    version = getattr(info, "registered_model_version", None)
+    if version is not None and tags:
+        for key, value in tags.items():
+            run.client.set_model_version_tag(registered_name, str(version), key, str(value))
+        run.client.update_model_version(registered_name, str(version), description=version_description(tags))
+    return info

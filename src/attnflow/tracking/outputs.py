@@ -188,15 +188,17 @@ def log_outputs(run: StageRun, stage: Declared, *, task: str | None, model_name:
                 entry["artifact"] = True
     if listed:
         run.log_dict({"files": listed}, "outputs.json")
+    payloads: dict[str, Any] = {}
     for metrics_file in stage.metrics:
         if metrics_file.suffix == ".json" and metrics_file.is_file():
-            payload = json.loads(metrics_file.read_text(encoding="utf-8"))
+            payload = payloads[metrics_file.stem] = json.loads(metrics_file.read_text(encoding="utf-8"))
             run.log_metrics(payload, prefix=f"{metrics_file.stem}.")
             run.log_metrics(headline(metrics_file.stem, task, payload), parent=True)
     if model_name:
-        from .models import log_classifier
+        from .models import log_classifier, version_tags
 
         for out in stage.outs:
             for manifest in _files(out):
                 if manifest.name == "attnflow_model.json":
-                    log_classifier(run, manifest.parent, registered_name=model_name)
+                    tags = version_tags(run, payloads.get("train_metrics"), task=task)
+                    log_classifier(run, manifest.parent, registered_name=model_name, tags=tags)

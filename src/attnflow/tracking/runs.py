@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -19,6 +21,7 @@ from .names import config_hash, file_md5, flatten, inputs_md5, layer_steps, metr
 
 __all__ = [
     "EXPERIMENT_KIND",
+    "HEADLINE_VIEW",
     "HTTP_DEFAULTS",
     "StageRun",
     "TrackingUnavailable",
@@ -26,6 +29,7 @@ __all__ = [
     "config_hash",
     "file_md5",
     "flatten",
+    "headline_columns",
     "inputs_md5",
     "layer_steps",
     "lightning_logger",
@@ -33,6 +37,8 @@ __all__ = [
     "stage_run",
     "tracking_uri",
     "ui_url",
+    "wait_bound_s",
+    "waiting",
 ]
 
 _MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
@@ -58,8 +64,79 @@ HTTP_DEFAULTS = {
 }
 
 
+# A tracking call still waiting after this many seconds is said on stderr: the server is not answering.
+NOTICE_S = 5.0
+# Ending a run on a server found not answering: one try of this many seconds, no retries (the run
+# stays RUNNING there; the next run of the stage closes it as KILLED).
+QUICK_END_S = 1.0
+
+
 class TrackingUnavailable(RuntimeError):
     """The configured tracking server does not answer."""
+
+
+def wait_bound_s() -> float:
+    """The longest a stage waits in all on a tracking server that stopped answering: one call's HTTP
+    budget (MLflow's tries x timeout, plus its backoff), the probe that confirms it, and a quick end
+    of the run. About 100 s with `HTTP_DEFAULTS`."""
+    env = {k: os.environ.get(k, v) for k, v in HTTP_DEFAULTS.items()}
+    retries = int(env["MLFLOW_HTTP_REQUEST_MAX_RETRIES"])
+    backoff = float(env["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"]) * sum(2**i for i in range(retries))
+    one_call = (retries + 1) * float(env["MLFLOW_HTTP_REQUEST_TIMEOUT"]) + backoff
+    return one_call + PROBE_TIMEOUT_S + QUICK_END_S + 1.0  # 1 s: jitter and bookkeeping
+
+
+@contextmanager
+def waiting(uri: str, what: str) -> Iterator[None]:
+    """Run the tracking calls in the block; if they are still waiting after `NOTICE_S` seconds, say
+    once on stderr that the server is not answering, what waits, and how long it may wait in all."""
+
+    def notice() -> None:
+        with suppress(Exception):
+            print(
+                f"attnflow: MLflow tracking server {uri} is not answering ({what}); waiting at most "
+                f"{wait_bound_s():.0f} s in all, then the stage stops with an error",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    timer = threading.Timer(NOTICE_S, notice)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _answers(uri: str) -> bool:
+    """Whether the tracking server at `uri` answers its probe (a local store always does)."""
+    try:
+        probe(uri)
+    except TrackingUnavailable:
+        return False
+    return True
+
+
+def _end_quickly(status: str) -> None:
+    """End the active run on a server that stopped answering: one short try, no retries, no error
+    (MLflow pops the active run before it calls the server)."""
+    quick = {
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+        "MLFLOW_HTTP_REQUEST_TIMEOUT": f"{QUICK_END_S:g}",
+        "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0",
+    }
+    saved = {k: os.environ.get(k) for k in quick}
+    os.environ.update(quick)
+    try:
+        with suppress(Exception):
+            mlflow.end_run(status)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def probe(uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
@@ -189,24 +266,28 @@ class StageRun:
         run_id = self.parent_id if parent else self.run_id
         if not run_id:
             return
-        for i in range(0, len(batch), _METRIC_BATCH):
-            self.client.log_batch(run_id, metrics=batch[i : i + _METRIC_BATCH])
+        with waiting(self.uri, "logging metrics"):
+            for i in range(0, len(batch), _METRIC_BATCH):
+                self.client.log_batch(run_id, metrics=batch[i : i + _METRIC_BATCH])
 
     def log_artifact(
         self, path: str | Path, artifact_path: str | None = None, *, parent: bool = False
     ) -> None:
         p = Path(path)
         run_id = self.parent_id if parent else self.run_id
-        if p.is_dir():
-            self.client.log_artifacts(run_id, str(p), artifact_path=artifact_path or p.name)
-        elif p.exists():
-            self.client.log_artifact(run_id, str(p), artifact_path=artifact_path)
+        with waiting(self.uri, f"logging {p.name}"):
+            if p.is_dir():
+                self.client.log_artifacts(run_id, str(p), artifact_path=artifact_path or p.name)
+            elif p.exists():
+                self.client.log_artifact(run_id, str(p), artifact_path=artifact_path)
 
     def log_dict(self, payload: Mapping[str, Any], name: str) -> None:
-        mlflow.log_dict(dict(payload), name)
+        with waiting(self.uri, f"logging {name}"):
+            mlflow.log_dict(dict(payload), name)
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
-        mlflow.set_tags({k: str(v) for k, v in tags.items()})
+        with waiting(self.uri, "setting tags"):
+            mlflow.set_tags({k: str(v) for k, v in tags.items()})
 
 
 class _DisabledRun(StageRun):
@@ -245,14 +326,47 @@ def _experiment(client: mlflow.MlflowClient, name: str) -> str:
     return experiment_id
 
 
-def ui_url(server: str, experiment_id: str, run_id: str | None = None) -> str:
-    """Where a browser opens the experiment's runs table (or one run) on an MLflow server.
+# The runs table's default columns: a view stored on the experiment (MLflow's shared-view tag) that
+# the link of `ui_url(..., view=HEADLINE_VIEW)` opens: the choices, the seed and the headline metrics.
+HEADLINE_VIEW = "attnflow-headline"
+_VIEW_TAG = "mlflow.sharedViewState."
+
+
+def headline_columns(tasks: Sequence[str]) -> list[str]:
+    """The runs table's columns of the headline view, in MLflow's column ids.
+
+    >>> headline_columns(["sst2"])
+    ['tags.`seed`', 'tags.`protocol`', 'tags.`recipe`', 'tags.`switch`', 'metrics.`sst2/accuracy`', 'metrics.`sst2/corr/blank_out/rollout`', 'metrics.`sst2/corr/blank_out/flow`']
+    """
+    columns = [f"tags.`{k}`" for k in ("seed", "protocol", "recipe", "switch")]
+    for task in tasks:
+        columns += [f"metrics.`{task}/accuracy`"]
+        columns += [f"metrics.`{task}/corr/blank_out/{m}`" for m in ("rollout", "flow")]  # last layer
+    return columns
+
+
+def _headline_view(client: mlflow.MlflowClient, experiment_id: str, tasks: Sequence[str]) -> None:
+    """Store the headline view on the experiment (MLflow's saved-view envelope: name, times, state)."""
+    state = {"selectedColumns": headline_columns(tasks), "columnOrder": headline_columns(tasks),
+             "runsHiddenMode": "SHOW_ALL", "searchFilter": "", "orderByKey": "attributes.start_time",
+             "orderByAsc": False}  # fmt: skip
+    envelope = {"name": "attnflow headline", "createdAt": 0, "updatedAt": 0, "state": json.dumps(state)}
+    client.set_experiment_tag(experiment_id, _VIEW_TAG + HEADLINE_VIEW, json.dumps(envelope))
+
+
+def ui_url(server: str, experiment_id: str, run_id: str | None = None, *, view: str | None = None) -> str:
+    """Where a browser opens the experiment's runs table (or one run) on an MLflow server;
+    ``view=HEADLINE_VIEW``: with the headline columns (seed, choices, accuracy, last-layer
+    correlations) and every run shown in charts.
 
     >>> ui_url("http://127.0.0.1:5000/", "1")
     'http://127.0.0.1:5000/#/experiments/1/runs?workflowType=machine_learning'
+    >>> ui_url("http://127.0.0.1:5000/", "1", view=HEADLINE_VIEW)
+    'http://127.0.0.1:5000/#/experiments/1/runs?workflowType=machine_learning&viewStateShareKey=attnflow-headline'
     """
     page = f"runs/{run_id}" if run_id else "runs"
-    return f"{server.rstrip('/')}/#/experiments/{experiment_id}/{page}?{UI_QUERY}"
+    shared = f"&viewStateShareKey={view}" if view else ""
+    return f"{server.rstrip('/')}/#/experiments/{experiment_id}/{page}?{UI_QUERY}{shared}"
 
 
 def _parent_note(study: str, digest: str, overrides: Mapping[str, Any]) -> str:
@@ -269,23 +383,43 @@ def _parent_note(study: str, digest: str, overrides: Mapping[str, Any]) -> str:
     )
 
 
+def run_name(choices: Mapping[str, str], seed: Any, digest: str) -> str:
+    """The parent run's name: seed, config-group choices (a switch with a "+"), config hash, in
+    that order, since the runs table cuts names at ~22 characters: a protocol run and a seed run
+    never look alike there (the study is the experiment's name; every value is also a tag).
+
+    >>> run_name({"protocol": "final_notebook", "recipe": "authors"}, 0, "0123456789ab")
+    'seed=0 final_notebook authors 0123456'
+    >>> run_name({"protocol": "paper", "recipe": "authors", "switch": "no_eos"}, 2, "0123456789ab")
+    'seed=2 paper authors +no_eos 0123456'
+    """
+    parts = [] if seed is None else [f"seed={seed}"]
+    parts += [f"+{v}" if k == "switch" else str(v) for k, v in choices.items()]
+    return " ".join([*parts, digest[:7]])
+
+
 def _parent_run(
     client: mlflow.MlflowClient,
     experiment_id: str,
     digest: str,
     config: Mapping[str, Any],
     overrides: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
+    choices: Mapping[str, str] | None = None,
 ) -> str:
     """The parent run grouping every stage run of one config (created on first use, with the whole
-    config as params and the overrides in its description)."""
+    config as params, the overrides in its description, the config-group choices as tags and in
+    its name)."""
     query = f"tags.`{PARENT_TAG}` = 'true' and tags.config_hash = '{digest}'"
     found = client.search_runs([experiment_id], query, max_results=1)
     if found:
         return found[0].info.run_id
     study = str(config.get("study", ""))
-    name = f"{study} seed={config['seed']}" if "seed" in config else study
-    tags = {PARENT_TAG: "true", "config_hash": digest, "git_commit": _git_commit(),
-            "mlflow.runName": f"{name} {digest[:7]}", NOTE_TAG: _parent_note(study, digest, overrides() if callable(overrides) else overrides)}  # fmt: skip
+    choices = dict(choices or {})
+    name = run_name(choices, config.get("seed"), digest)
+    tags = {PARENT_TAG: "true", "config_hash": digest, "git_commit": _git_commit(), **choices,
+            "mlflow.runName": name, NOTE_TAG: _parent_note(study, digest, overrides() if callable(overrides) else overrides)}  # fmt: skip
+    if "seed" in config:
+        tags["seed"] = str(config["seed"])
     run = client.create_run(experiment_id, tags=tags)
     _log_params(client, run.info.run_id, flatten(config))
     client.set_terminated(run.info.run_id, "FINISHED")
@@ -313,7 +447,11 @@ def close_stale_runs(client: mlflow.MlflowClient, experiment_id: str, tags: Mapp
 
 def _end(run: StageRun, status: str, started: float, key: str) -> None:
     """Log the stage's wall time (on its run, and as ``wall_time_s/<key>`` on the parent), then end
-    the run."""
+    the run. A server that no longer answers its probe gets no more calls but a quick end
+    (`_end_quickly`): ending costs at most the probe, and never hides the stage's own error."""
+    if not _answers(run.uri):
+        _end_quickly(status)
+        return
     wall = round(time.monotonic() - started, 3)
     with suppress(Exception):  # a lost server must not hide the status below
         run.log_metrics({"wall_time_s": wall})
@@ -334,6 +472,7 @@ def stage_run(
     params: Mapping[str, Any] | None = None,
     description: str | None = None,
     overrides: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
+    choices: Mapping[str, str] | None = None,
 ) -> Iterator[StageRun]:
     """Open an MLflow run for one stage execution, nested under its config's parent run.
 
@@ -343,7 +482,8 @@ def stage_run(
     ``config["tracking"]``. ``params``: what the stage reads, logged as its params (default: the
     whole config); ``description``: the run's note in the UI; ``overrides``: the config's changes
     from the defaults (or a function returning them, called only when the parent is created),
-    listed in the parent's note.
+    listed in the parent's note; ``choices``: the config-group choices (protocol, recipe, switch),
+    tags of both runs and part of the parent's name.
     """
     track = config.get("tracking", {})
     if not track.get("enabled", True):
@@ -356,8 +496,10 @@ def stage_run(
     experiment = experiment or track.get("experiment") or config.get("study") or "attnflow"
     mlflow.set_tracking_uri(uri)
     client = mlflow.MlflowClient(uri)
-    experiment_id = _experiment(client, experiment)
-    mlflow.set_experiment(experiment_id=experiment_id)
+    with waiting(uri, f"opening the run of stage {stage!r}"):
+        experiment_id = _experiment(client, experiment)
+        mlflow.set_experiment(experiment_id=experiment_id)
+        _headline_view(client, experiment_id, list(config.get("tasks") or []))
     digest, per_file = inputs_md5(inputs)
     tags = {
         "stage": stage,
@@ -366,22 +508,27 @@ def stage_run(
         "config_hash": config_hash(config),
         "inputs_md5": digest,
         "mlflow.runName": f"{stage}@{dataset}" if dataset else stage,
+        **dict(choices or {}),
     }
+    if "seed" in config:
+        tags["seed"] = str(config["seed"])
     if description:
         tags[NOTE_TAG] = description
-    parent_id = _parent_run(client, experiment_id, tags["config_hash"], config, overrides or {})
-    tags["mlflow.parentRunId"] = parent_id
     for env in ("DVC_EXP_NAME", "DVC_EXP_BASELINE_REV"):
         if os.environ.get(env):
             tags[env.lower()] = os.environ[env]
-    close_stale_runs(client, experiment_id, tags)
-    run = mlflow.start_run(tags=tags)
+    with waiting(uri, f"opening the run of stage {stage!r}"):
+        parent_id = _parent_run(client, experiment_id, tags["config_hash"], config, overrides or {}, choices)
+        tags["mlflow.parentRunId"] = parent_id
+        close_stale_runs(client, experiment_id, tags)
+        run = mlflow.start_run(tags=tags)
     stage_run_ = StageRun(run, client, uri, experiment, parent_id)
     wall_key = f"{stage}/{dataset or 'all'}"
     try:
-        _log_params(client, run.info.run_id, flatten(config if params is None else params))
-        if per_file:
-            mlflow.log_dict(per_file, "inputs.json")
+        with waiting(uri, f"logging the params of stage {stage!r}"):
+            _log_params(client, run.info.run_id, flatten(config if params is None else params))
+            if per_file:
+                mlflow.log_dict(per_file, "inputs.json")
         yield stage_run_
     except (KeyboardInterrupt, SystemExit) as exc:
         clean = isinstance(exc, SystemExit) and exc.code in (0, None)
@@ -393,9 +540,9 @@ def stage_run(
             _end(stage_run_, "FAILED", started, wall_key)
             raise
         # end_run pops the run even when the dead server cannot record the status: it stays
-        # RUNNING there, and the next run of the stage closes it as KILLED
-        with suppress(Exception):
-            mlflow.end_run("FAILED")
+        # RUNNING there, and the next run of the stage closes it as KILLED. One short try: the
+        # whole wait stays one call's budget plus the probe (wait_bound_s), not two budgets.
+        _end_quickly("FAILED")
         raise lost from exc
     _end(stage_run_, "FINISHED", started, wall_key)
 

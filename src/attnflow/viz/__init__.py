@@ -14,13 +14,17 @@ An HTML item (one input) is a mapping:
 
 >>> print(token_table(["[CLS]", "good", "movie"], {"flow": [0.2, 0.6, 0.2]}, bar_width=6))
   #  token  flow
-  0  [CLS]  0.200 ██
-  1  good   0.600 ██████
-  2  movie  0.200 ██
+  0  [CLS]  0.200
+  1  good   0.600 ███▎
+  2  movie  0.200
+
+(bars and colours: each token's share against the uniform share 1/n, `attnflow.viz.scale`; here
+good's 0.6 of n = 3 is log(1.8) / log(3) = 0.53 of the width, and 0.2 < 1/3 draws nothing.)
 """
 
 from attnflow.viz.page import html_page, script_json, write_html
-from attnflow.viz.png import heatmap_figure, page_slices, save_png, write_png
+from attnflow.viz.png import heatmap_figure, page_slices, save_png, uniform_rgba, write_png
+from attnflow.viz.scale import SCALE_LEGEND, uniform_shade
 from attnflow.viz.terminal import score_bar, shorten, token_table
 
 # Constants other modules and tests read from attnflow.viz.
@@ -31,6 +35,7 @@ from attnflow.viz.png import MUTED_RGBA as MUTED_RGBA  # isort: skip
 from attnflow.viz.png import PNG_CMAP as PNG_CMAP  # isort: skip
 
 __all__ = [
+    "SCALE_LEGEND",
     "heatmap_figure",
     "html_page",
     "page_slices",
@@ -39,6 +44,8 @@ __all__ = [
     "script_json",
     "shorten",
     "token_table",
+    "uniform_rgba",
+    "uniform_shade",
     "write_html",
     "write_png",
 ]

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from attnflow.io import write_bytes
-from attnflow.viz.png import _RGB
+from attnflow.viz.png import _BLUE, _RGB
 
 # Scores are rounded to this many decimals in the HTML page (keeps 1,000-input pages small).
 HTML_DECIMALS = 5
@@ -66,40 +66,52 @@ _JS = r"""
       select.appendChild(o);
     });
   }
-  function shade(v, vmax) {
-    var a = vmax > 0 ? Math.max(0, Math.min(1, v / vmax)) : 0;
-    return "rgba(" + RGB + "," + a.toFixed(3) + ")";
+  var BLUE = DATA.blue.join(",");
+  // the colour rule of every attnflow picture (attnflow.viz.scale.uniform_shade): a token's share
+  // s of its row's total against the uniform share 1/n, log(n s) / log(n) clipped to [0, 1]
+  function shades(item, row) {
+    var n = 0, total = 0;
+    row.forEach(function (v, j) { if (!isMuted(item, j)) { n += 1; total += Math.abs(v); } });
+    return row.map(function (v, j) {
+      if (isMuted(item, j) || !(total > 0) || !isFinite(v)) { return 0; }
+      var s = Math.abs(v) / total;
+      var a = n <= 1 ? Math.min(s, 1) : Math.max(0, Math.min(1, Math.log(n * s) / Math.log(n)));
+      return v < 0 ? -a : a;
+    });
   }
-  function ink(v, vmax) { return vmax > 0 && v / vmax > 0.6 ? "#fff" : "#222"; }
+  function shade(a) {
+    return "rgba(" + (a < 0 ? BLUE : RGB) + "," + Math.abs(a).toFixed(3) + ")";
+  }
+  function ink(a) { return Math.abs(a) > 0.6 ? "#fff" : "#222"; }
 
-  function pct(v) { return (100 * v).toFixed(v < 0.1 ? 1 : 0) + "%"; }
+  function pct(v) { return (100 * v).toFixed(Math.abs(v) < 1 ? 1 : 0) + "%"; }
+  function cell(v) { return (100 * v).toFixed(Math.abs(v) < 1 ? 1 : 0); }
   function isMuted(item, j) { return $("mute").checked && (item.muted || []).indexOf(j) >= 0; }
-  function rowMax(item, row) {
-    var m = 0;
-    row.forEach(function (v, j) { if (!isMuted(item, j) && v > m) { m = v; } });
-    return m;
+  function shadedCount(item) {
+    var n = 0;
+    item.columns.forEach(function (_, j) { if (!isMuted(item, j)) { n += 1; } });
+    return n;
   }
 
   function render() {
     var item = DATA.items[state.item];
     var mat = item.maps[state.method];
     var values = mat[state.row];
-    var vmax = rowMax(item, values);
+    var alpha = shades(item, values);
     $("title").textContent = item.title;
     $("subtitle").textContent = item.subtitle || "";
     var box = $("tokens"); box.textContent = "";
     item.columns.forEach(function (tok, j) {
       var s = document.createElement("span");
       s.className = isMuted(item, j) ? "tok muted" : "tok"; s.textContent = tok;
-      s.style.backgroundColor = shade(values[j], vmax);
-      s.style.color = ink(values[j], vmax);
+      s.style.backgroundColor = shade(alpha[j]);
+      s.style.color = ink(alpha[j]);
       s.title = tok + ": " + pct(values[j]);
       s.dataset.score = String(values[j]);
       box.appendChild(s); box.appendChild(document.createTextNode(" "));
     });
-    $("vmax").textContent = pct(vmax);
-    // the whole matrix: every row of this method, shaded on the method's max
-    var all = Math.max.apply(null, mat.map(function (row) { return rowMax(item, row); }));
+    $("n").textContent = String(shadedCount(item));
+    // the whole matrix: every row of this method, each shaded by the same rule
     var table = $("grid"); table.textContent = "";
     var head = document.createElement("tr");
     head.appendChild(document.createElement("th"));
@@ -112,12 +124,13 @@ _JS = r"""
       if (i === state.row) { tr.className = "sel"; }
       var th = document.createElement("th"); th.className = "rowlab"; th.textContent = item.rows[i];
       tr.appendChild(th);
+      var rowAlpha = shades(item, row);
       row.forEach(function (v, j) {
         var td = document.createElement("td");
         if (isMuted(item, j)) { td.className = "muted"; }
-        td.style.backgroundColor = shade(v, all);
-        td.style.color = ink(v, all);
-        td.textContent = (100 * v).toFixed(0);
+        td.style.backgroundColor = shade(rowAlpha[j]);
+        td.style.color = ink(rowAlpha[j]);
+        td.textContent = cell(v);
         td.title = item.rows[i] + " / " + item.columns[j] + ": " + pct(v);
         tr.appendChild(td);
       });
@@ -127,7 +140,15 @@ _JS = r"""
     document.body.dataset.method = state.method;
     document.body.dataset.row = String(state.row);
     document.body.dataset.item = String(state.item);
+    reportHeight();
   }
+  // in a notebook's frame: tell the frame how tall the page is (attnflow.display sizes it)
+  function reportHeight() {
+    if (window.parent !== window) {
+      window.parent.postMessage({attnflowHeight: document.documentElement.scrollHeight}, "*");
+    }
+  }
+  window.addEventListener("message", function (m) { if (m.data === "attnflow-height") { reportHeight(); } });
 
   function selectItem(k) {
     var item = DATA.items[k];
@@ -151,16 +172,19 @@ _JS = r"""
   $("mute").addEventListener("change", render);
   if (!DATA.items.some(function (it) { return (it.muted || []).length; })) { $("mute-box").style.display = "none"; }
   // a link can choose what is shown: page.html#item=2&method=rollout&row=0 (item 1-based, row 0-based)
-  var want = {};
+  // Each value only selects from the page's own lists: a name no list holds (a malformed escape,
+  // "constructor", "__proto__") leaves the default view.
+  var want = Object.create(null);
   location.hash.replace(/^#/, "").split("&").forEach(function (kv) {
-    var p = kv.split("="); if (p.length === 2) { want[p[0]] = decodeURIComponent(p[1]); }
+    var p = kv.split("=");
+    if (p.length === 2) { try { want[p[0]] = decodeURIComponent(p[1]); } catch (e) { /* not a value */ } }
   });
   var k0 = Number(want.item) - 1;
-  selectItem(k0 >= 0 && k0 < DATA.items.length ? k0 : 0);
+  selectItem(Number.isInteger(k0) && k0 >= 0 && k0 < DATA.items.length ? k0 : 0);
   var cur = DATA.items[state.item];
-  if (want.method && cur.maps[want.method]) { state.method = want.method; $("method").value = want.method; }
+  if (Object.keys(cur.maps).indexOf(want.method) >= 0) { state.method = want.method; $("method").value = want.method; }
   var r0 = Number(want.row);
-  if (want.row !== undefined && r0 >= 0 && r0 < cur.rows.length) { state.row = r0; $("row").value = String(r0); }
+  if (want.row !== undefined && Number.isInteger(r0) && r0 >= 0 && r0 < cur.rows.length) { state.row = r0; $("row").value = String(r0); }
   render();
   document.body.dataset.ready = "1";
 })();
@@ -238,7 +262,7 @@ def html_page(
             row = int(item["row"])
             entry["row"] = row % len(rows) if rows else 0
         clean.append(entry)
-    data = {"rgb": list(_RGB), "items": clean}
+    data = {"rgb": list(_RGB), "blue": list(_BLUE), "items": clean}
     payload = script_json(data)
     esc = html.escape
     return f"""<!DOCTYPE html>
@@ -266,11 +290,13 @@ window.addEventListener("error", function (e) {{
   <label>method <select id="method"></select></label>
   <label>{esc(row_name)} <select id="row"></select></label>
   <label id="mute-box"><input type="checkbox" id="mute" checked> leave special tokens out of the shading</label>
-  <span id="legend">0% <span class="ramp"></span> <span id="vmax"></span></span>
+  <span id="legend"><span>≤ 1/n</span> <span class="ramp"></span> <span>all on one token (n = <span id="n"></span>)</span></span>
 </div>
 <div id="tokens"></div>
-<p class="hint">Shading: the score of each token in the chosen {esc(row_name)}, relative to that {esc(row_name)}'s
-largest score (hover for values). Below: every {esc(row_name)}, scores in % (click a {esc(row_name)} to choose it).
+<p class="hint">Colour: each token's share of the {esc(row_name)}'s total against the uniform share 1/n
+of the n shaded tokens: white at 1/n or less, full colour when one token holds it all (log scale;
+red for positive scores, blue for negative ones), so a uniform {esc(row_name)} is white. Hover for values.
+Below: every {esc(row_name)}, scores in % with one decimal (click a {esc(row_name)} to choose it).
 {esc(note)}</p>
 <table class="grid" id="grid"></table>
 <script type="application/json" id="data">{payload}</script>

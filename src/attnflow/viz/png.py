@@ -11,10 +11,15 @@ from typing import Any
 import numpy as np
 
 from attnflow.io import write_bytes
+from attnflow.viz.scale import SCALE_LEGEND, uniform_shade
 from attnflow.viz.terminal import _printable
 
-# Shading colour of the HTML page and the PNG colour map.
+# Shading colours of the HTML page and the PNG: positive scores, negative scores (scale="uniform").
 _RGB = (214, 39, 40)
+_BLUE = (31, 119, 180)
+_BLUE_MPL = tuple(c / 255 for c in _BLUE)
+# The shading rules heatmap_figure knows; "uniform" is the default of every picture.
+SCALES = ("uniform", "row", "panel")
 PNG_CMAP = "Reds"
 # Cells of muted columns (special tokens) in the PNG, RGBA.
 MUTED_RGBA = (0.88, 0.88, 0.88, 1.0)
@@ -22,6 +27,9 @@ MUTED_RGBA = (0.88, 0.88, 0.88, 1.0)
 MAX_PNG_PIXELS = 4000
 # Write values into the PNG cells up to this many columns.
 ANNOTATE_MAX_COLUMNS = 40
+# Text properties of every artist drawn from a user's string (tokens, titles, labels): plain text,
+# never mathtext or LaTeX, so "$5 and $10" is drawn as typed instead of crashing the figure.
+PLAIN_TEXT = {"parse_math": False, "usetex": False}
 
 
 def heatmap_figure(
@@ -32,25 +40,28 @@ def heatmap_figure(
     title: str | None = None,
     row_name: str = "layer",
     column_name: str = "token",
-    scale: str = "panel",
+    scale: str = "uniform",
     muted_columns: Sequence[int] = (),
     annotate: bool | None = None,
 ) -> Any:
     """A matplotlib Figure (Agg canvas, no pyplot): one heatmap [row, column] per method, stacked.
 
-    scale="row": each row is shaded relative to its own largest value (which token matters most
-    in that layer / for that generated token); scale="panel": one 0..max scale per method, with a
-    colour bar. muted_columns (e.g. [CLS] / [SEP], which often take most of the mass) are drawn
-    grey and left out of the shading scale. annotate writes each value in percent into its cell
-    (default: when there are at most ANNOTATE_MAX_COLUMNS columns).
+    scale="uniform" (the default, the rule of every attnflow picture, `attnflow.viz.scale`): each
+    cell against the uniform share 1/n of its row, white at or below it, full colour when the row
+    is all on one token (log scale; red > 0, blue < 0), so a uniform map is drawn white.
+    scale="row": each row relative to its own largest value (which token matters most in that
+    layer, however flat the row); scale="panel": one 0..max scale per method. Each panel has a
+    colour bar saying which. muted_columns (e.g. [CLS] / [SEP], which often take most of the mass)
+    are drawn grey and left out of the shading. annotate writes each value in percent, one
+    decimal, into its cell (default: when there are at most ANNOTATE_MAX_COLUMNS columns).
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     if not matrices:
         raise ValueError("no matrices to draw")
-    if scale not in ("row", "panel"):
-        raise ValueError(f"scale must be 'row' or 'panel', got {scale!r}")
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {', '.join(map(repr, SCALES))}, got {scale!r}")
     mats = {m: np.asarray(v, dtype=np.float64) for m, v in matrices.items()}
     for m, v in mats.items():
         if v.shape != (len(rows), len(columns)):
@@ -61,65 +72,101 @@ def heatmap_figure(
         annotate = len(columns) <= ANNOTATE_MAX_COLUMNS
     labels = [_printable(t, 20) for t in columns]
     longest = max((len(t) for t in labels), default=1)
-    cell = 0.42 if annotate else 0.3  # inches per cell: room for "12" and a rotated label
+    cell = 0.46 if annotate else 0.3  # inches per cell: room for "12.3" and a rotated label
     width = max(5.0, 1.6 + cell * len(columns))
     panel_h = 0.45 + cell * len(rows)
     label_h = 0.25 + 0.075 * longest  # rotated token labels under each panel
     title_h = 0.2 + (0.25 * (title.count("\n") + 1) if title else 0.0)
-    height = title_h + len(mats) * (panel_h + label_h + 0.3) + 0.3
+    height = title_h + len(mats) * (panel_h + label_h + 0.3) + 0.6
     fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(mats), 1, squeeze=False)[:, 0]
     cmap = _cmap()
+    n_shaded = int((~muted).sum())
     for ax, (method, v) in zip(axes, mats.items(), strict=True):
         shown = np.where(muted[None, :], 0.0, np.nan_to_num(v))
-        if scale == "row":
-            top = shown.max(axis=1, keepdims=True)
-            shaded = np.divide(shown, top, out=np.zeros_like(shown), where=top > 0)
-            vmax = 1.0
+        if scale == "uniform":
+            shaded = uniform_shade(v, np.flatnonzero(muted))  # (rows, columns) in [-1, 1]
+            signed = bool((shaded < 0).any())
+            rgba = uniform_rgba(v, np.flatnonzero(muted))
+            strength = np.abs(shaded)
         else:
-            shaded = shown
-            vmax = float(shown.max()) if shown.size and shown.max() > 0 else 1.0
-        rgba = cmap(np.clip(shaded / vmax, 0.0, 1.0))
+            if scale == "row":
+                top = shown.max(axis=1, keepdims=True)
+                shaded = np.divide(shown, top, out=np.zeros_like(shown), where=top > 0)
+                vmax = 1.0
+            else:
+                shaded = shown
+                vmax = float(shown.max()) if shown.size and shown.max() > 0 else 1.0
+            strength = np.clip(shaded / vmax, 0.0, 1.0)
+            rgba = cmap(strength)
         rgba[:, muted] = MUTED_RGBA
         ax.imshow(rgba, aspect="auto", interpolation="nearest")
         if annotate:
             for (i, j), value in np.ndenumerate(v):
-                dark = not muted[j] and shaded[i, j] / vmax > 0.55
-                ax.text(j, i, f"{100 * value:.0f}", ha="center", va="center", fontsize=7,
-                        color="white" if dark else "#333")  # fmt: skip
-        ax.set_title(method, fontsize=11, loc="left", fontweight="bold")
+                dark = not muted[j] and strength[i, j] > 0.55
+                ax.text(j, i, _cell_label(value), ha="center", va="center", fontsize=6.5,
+                        color="white" if dark else "#333", **PLAIN_TEXT)  # fmt: skip
+        ax.set_title(method, fontsize=11, loc="left", fontweight="bold", **PLAIN_TEXT)
         ax.set_xticks(
-            range(len(columns)), labels, rotation=60, ha="right", rotation_mode="anchor", fontsize=9
+            range(len(columns)),
+            labels,
+            rotation=60,
+            ha="right",
+            rotation_mode="anchor",
+            fontsize=9,
+            **PLAIN_TEXT,
         )
-        ax.set_yticks(range(len(rows)), list(rows), fontsize=9)
-        ax.set_ylabel(row_name, fontsize=9)
+        ax.set_yticks(range(len(rows)), list(rows), fontsize=9, **PLAIN_TEXT)
+        ax.set_ylabel(row_name, fontsize=9, **PLAIN_TEXT)
         ax.set_xticks(np.arange(-0.5, len(columns)), minor=True)
         ax.set_yticks(np.arange(-0.5, len(rows)), minor=True)
         ax.grid(which="minor", color="white", linewidth=0.8)
         ax.tick_params(which="both", length=0)
         for side in ax.spines.values():
             side.set_visible(False)
-        if scale == "panel":
-            from matplotlib.cm import ScalarMappable
-            from matplotlib.colors import Normalize
+        from matplotlib.cm import ScalarMappable
+        from matplotlib.colors import Normalize
+
+        if scale == "uniform":
+            low = -1.0 if signed else 0.0
+            bar = fig.colorbar(
+                ScalarMappable(Normalize(low, 1.0), _diverging() if signed else _positive()),
+                ax=ax, fraction=0.025, pad=0.01, aspect=12,
+            )  # fmt: skip
+            ticks = ([-1.0] if signed else []) + [0.0, 0.5, 1.0]
+            names = (["all (-)"] if signed else []) + ["≤ 1/n", f"{np.sqrt(max(n_shaded, 1)):.1f}/n", "all"]
+            bar.set_ticks(ticks, labels=names, **PLAIN_TEXT)
+            bar.set_label(f"share of the {row_name} (n = {n_shaded})", fontsize=7, **PLAIN_TEXT)
+        elif scale == "panel":
             from matplotlib.ticker import PercentFormatter
 
             bar = fig.colorbar(
                 ScalarMappable(Normalize(0, vmax), cmap), ax=ax, fraction=0.025, pad=0.01, aspect=12
             )
-            bar.ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=None))
-            bar.ax.tick_params(labelsize=8)
+            bar.ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0, decimals=1))
+        else:
+            bar = fig.colorbar(
+                ScalarMappable(Normalize(0, 1), cmap), ax=ax, fraction=0.025, pad=0.01, aspect=12
+            )
+            bar.set_ticks([0.0, 1.0], labels=["0", f"{row_name} max"], **PLAIN_TEXT)
+        bar.ax.tick_params(labelsize=7)
     notes = []
     if annotate:
         notes.append("numbers: score in %")
-    if scale == "row":
+    if scale == "uniform":
+        notes.append(SCALE_LEGEND)
+    elif scale == "row":
         notes.append(f"shading: relative to each {row_name}'s largest score")
     if muted.any():
         notes.append("grey: left out of the shading")
-    axes[-1].set_xlabel(column_name + ("   (" + "; ".join(notes) + ")" if notes else ""), fontsize=8)
+    import textwrap
+
+    note = column_name + ("   (" + "; ".join(notes) + ")" if notes else "")
+    note = textwrap.fill(note, width=max(40, int(width * 13)))  # ~13 characters an inch at 8 pt
+    axes[-1].set_xlabel(note, fontsize=8, **PLAIN_TEXT)
     if title:
-        fig.suptitle(title, fontsize=11)
+        fig.suptitle(title, fontsize=11, **PLAIN_TEXT)
     return fig
 
 
@@ -127,6 +174,37 @@ def _cmap() -> Any:
     from matplotlib import colormaps
 
     return colormaps[PNG_CMAP]
+
+
+def uniform_rgba(matrix: Any, muted_columns: Sequence[int] = ()) -> np.ndarray:
+    """(rows, columns, 4) colours of `matrix` by the rule of every picture (`attnflow.viz.scale`):
+    white at or below the uniform share 1/n of each row, red above it (blue when negative)."""
+    return _diverging()(0.5 + 0.5 * uniform_shade(matrix, muted_columns))
+
+
+def _diverging() -> Any:
+    """Blue (-1) .. white (0) .. red (+1): the colours of scale="uniform"."""
+    from matplotlib.colors import LinearSegmentedColormap
+
+    red = tuple(c / 255 for c in _RGB)
+    return LinearSegmentedColormap.from_list("attnflow", [_BLUE_MPL, (1.0, 1.0, 1.0), red])
+
+
+def _positive() -> Any:
+    """White (0) .. red (1): the colour bar of scale="uniform" when no score is negative."""
+    from matplotlib.colors import LinearSegmentedColormap
+
+    return LinearSegmentedColormap.from_list("attnflow+", [(1.0, 1.0, 1.0), tuple(c / 255 for c in _RGB)])
+
+
+def _cell_label(value: float) -> str:
+    """A cell's number: the score in percent, one decimal ("6.4"); whole percent from 100 up.
+
+    >>> _cell_label(0.0643), _cell_label(3.25), _cell_label(-0.002)
+    ('6.4', '325', '-0.2')
+    """
+    pct = 100 * float(value)
+    return f"{pct:.0f}" if abs(pct) >= 100 else f"{pct:.1f}"
 
 
 def page_slices(n: int, per_page: int) -> list[slice]:

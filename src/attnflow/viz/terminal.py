@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from attnflow.viz.scale import uniform_shade
+
 # Eighths of a block, for bars with sub-character resolution.
 _BLOCKS = " ▏▎▍▌▋▊▉█"
 
@@ -49,11 +51,14 @@ def token_table(
     title: str | None = None,
     muted: Sequence[int] = (),
 ) -> str:
-    """A text table: index, token, then per method the score and a bar (scaled to that method's max).
+    """A text table: index, token, then per method the score and a bar.
 
-    bar_width defaults to 30 for one method and 12 per method otherwise. muted rows (e.g. [CLS] /
-    [SEP], which often take most of the mass) are left out of the bar scale and drawn with ░,
-    clipped at the width, so the other tokens' bars stay readable.
+    The bar follows the colour rule of every picture (`attnflow.viz.scale`): its length is the
+    token's share of the method's total against the uniform share 1/n, empty at or below 1/n, the
+    full width when one token holds everything (log scale), so a near-uniform method draws no bars;
+    a negative score's bar is drawn with ▒. bar_width defaults to 30 for one method and 12 per method
+    otherwise. muted rows (e.g. [CLS] / [SEP], which often take most of the mass) are left out of the
+    total and of n, and drawn with ░ (their score against the largest other one, clipped at the width).
     """
     methods = list(scores)
     columns = [np.asarray(scores[m], dtype=np.float64) for m in methods]
@@ -71,16 +76,20 @@ def token_table(
     quiet = np.zeros(len(tokens), dtype=bool)
     quiet[[i for i in muted if 0 <= i < len(tokens)]] = True
     vmax = [float(np.nanmax(col[~quiet])) if (~quiet).any() else 0.0 for col in columns]
+    shades = [uniform_shade(col[None, :], np.flatnonzero(quiet))[0] for col in columns]
     lines = [] if title is None else [title]
     head = f"{'#':>{idx_w}}  {'token':<{tok_w}}"
     head += "".join(f"  {m:<{cell_w}}" for m in methods)
     lines.append(head.rstrip())
     for i, label in enumerate(labels):
         row = f"{i:>{idx_w}}  {label}{' ' * (tok_w - _display_width(label))}"
-        for col, top in zip(columns, vmax, strict=True):
-            bar = score_bar(col[i], top, bar_width)
+        for col, top, shade in zip(columns, vmax, shades, strict=True):
             if quiet[i]:
-                bar = "░" * len(bar)
+                bar = "░" * len(score_bar(col[i], top, bar_width))
+            else:
+                bar = score_bar(abs(shade[i]), 1.0, bar_width)
+                if shade[i] < 0:
+                    bar = "▒" * len(bar)
             cell = f"{col[i]:.3f} {bar}"
             row += f"  {cell:<{cell_w}}"
         lines.append(row.rstrip())

@@ -7,9 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip(
-    "captum", reason="captum is not installed: pip install --no-deps -r requirements-compare.txt"
-)
+pytest.importorskip("captum", reason='captum is not installed: pip install "attnflow[compare]"')
 
 from captum.attr import FeatureAblation, LayerIntegratedGradients
 from captum.metrics import infidelity, sensitivity_max
@@ -153,7 +151,17 @@ def test_integrated_gradients_leaves_special_tokens_at_zero(bert, texts):
         assert r.scores[0] == 0 and r.scores[-1] == 0
 
 
-def test_missing_captum_names_the_requirements_file(bert, monkeypatch):
+def test_missing_captum_names_the_extra_not_a_file_outside_the_wheel(bert, monkeypatch):
     monkeypatch.setattr(compare_captum, "_Attribution", object)
-    with pytest.raises(ImportError, match=r"requirements-compare\.txt"):
+    monkeypatch.setattr(
+        compare_captum, "_IMPORT_ERROR", ModuleNotFoundError("No module named 'captum'", name="captum")
+    )
+    with pytest.raises(ImportError, match=r"not installed: pip install \"attnflow\[compare\]\""):
+        compare_captum.require_captum()
+    monkeypatch.setattr(
+        compare_captum, "_IMPORT_ERROR", ImportError("numpy.core.multiarray failed to import")
+    )
+    with pytest.raises(
+        ImportError, match=r"captum is installed but importing it failed: ImportError: numpy\.core"
+    ):
         compare_captum.require_captum()

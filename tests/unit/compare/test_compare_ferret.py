@@ -12,9 +12,7 @@ import attnflow.compare.ferret as compare_ferret
 from attnflow.compare.ferret import AttnflowExplainer
 from attnflow.hf import explain_text
 
-ferret = pytest.importorskip(
-    "ferret", reason="ferret-xai is not installed: pip install --no-deps -r requirements-compare.txt"
-)
+ferret = pytest.importorskip("ferret", reason='ferret-xai is not installed: pip install "attnflow[compare]"')
 
 # float64 maps of float32 attentions, computed on the same tokens.
 ATOL = 1e-6
@@ -64,7 +62,47 @@ def test_ferret_benchmark_scores_comprehensiveness_and_sufficiency(bert):
         assert all(math.isfinite(scores[k]) and abs(scores[k]) <= 1 for k in ("aopc_compr", "aopc_suff"))
 
 
-def test_missing_ferret_names_the_requirements_file(monkeypatch):
+def test_missing_ferret_names_the_extra_not_a_file_outside_the_wheel(monkeypatch):
     monkeypatch.setattr(compare_ferret, "_BaseExplainer", object)
-    with pytest.raises(ImportError, match=r"requirements-compare\.txt"):
+    monkeypatch.setattr(
+        compare_ferret, "_IMPORT_ERROR", ModuleNotFoundError("No module named 'ferret'", name="ferret")
+    )
+    monkeypatch.setattr(compare_ferret, "_installed_version", lambda: None)
+    with pytest.raises(ImportError, match=r"not installed: pip install \"attnflow\[compare\]\"") as info:
         compare_ferret.require_ferret()
+    assert "requirements" not in str(info.value)
+
+
+def test_a_ferret_without_base_explainer_is_named_with_its_version(monkeypatch):
+    # ferret-xai 0.4.1 has no top-level BaseExplainer: the adapter imports ferret.explainers'; a
+    # version without even that is named, not reported as missing
+    monkeypatch.setattr(compare_ferret, "_BaseExplainer", object)
+    monkeypatch.setattr(
+        compare_ferret,
+        "_IMPORT_ERROR",
+        ImportError("cannot import name 'BaseExplainer' from 'ferret.explainers'"),
+    )
+    monkeypatch.setattr(compare_ferret, "_installed_version", lambda: "0.3.0")
+    with pytest.raises(
+        ImportError, match=r"ferret-xai 0\.3\.0 has no ferret\.explainers\.BaseExplainer.*>=0\.4\.1,<0\.5"
+    ):
+        compare_ferret.require_ferret()
+
+
+def test_a_ferret_that_fails_to_import_says_why(monkeypatch):
+    monkeypatch.setattr(compare_ferret, "_BaseExplainer", object)
+    monkeypatch.setattr(
+        compare_ferret, "_IMPORT_ERROR", ModuleNotFoundError("No module named 'spacy'", name="spacy")
+    )
+    monkeypatch.setattr(compare_ferret, "_installed_version", lambda: "0.4.1")
+    with pytest.raises(
+        ImportError,
+        match=r"ferret-xai 0\.4\.1 is installed but importing it failed: ModuleNotFoundError: No module named 'spacy'",
+    ):
+        compare_ferret.require_ferret()
+
+
+def test_the_adapter_extends_the_base_class_that_ferret_0_4_1_has():
+    from ferret.explainers import BaseExplainer  # 0.4.1 defines it here (and not at the top level)
+
+    assert issubclass(AttnflowExplainer, BaseExplainer)

@@ -119,6 +119,12 @@ def long_table(result: dict) -> str:
                     f"| {r['path']} | {r['size']:,} | {r['seconds']:.1f} | "
                     f"{r['extra_peak_bytes'] / 2**30:.2f} GB | {r['process_peak_bytes'] / 2**30:.2f} GB |"
                 )
+        fits = {}
+        for r in lm:
+            if "seconds" in r:
+                fits[r["path"]] = max(fits.get(r["path"], 0), r["size"])
+        longest = ", ".join(f"{path} {n:,}" for path, n in sorted(fits.items()))
+        lines += ["", f"Longest input within {meta['cap_gb']:g} GB per path (tokens): {longest}."]
     return "\n".join(lines).rstrip()
 
 

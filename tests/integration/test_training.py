@@ -377,6 +377,7 @@ print(json.dumps(_train(Path({str(data)!r}), Path({str(out)!r}), callbacks=[Die(
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow  # two training processes (~25 s): the long tier of .ci/run
 def test_sigkill_mid_epoch_then_resume_gives_the_identical_model(agreement_data, tmp_path):
     """A real SIGKILL (no cleanup at all) in the middle of the second epoch, with dropout,
     length bucketing and several epochs; the re-run resumes from last.ckpt (end of epoch 1) and

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from attnflow.bridge.eager import attention_configs
+from attnflow.explain.torch_ops import mix_residual, normalize_rows
 
 __all__ = ["GRAD_STREAM_METHODS", "STREAM_METHODS", "StreamState", "stream_gradient_maps", "stream_maps"]
 
@@ -92,9 +93,7 @@ class StreamState:
             pair = valid[:, None, queries, None] & valid[:, None, None, :]  # (B, 1, q, T)
             w = w.masked_fill(~pair, 0.0)
         if w.dtype in (torch.float16, torch.bfloat16):  # rows off by up to 2^-8: rescaled, as the
-            w = w.to(self.dtype)  # classic path does for low-precision attentions
-            sums = w.sum(dim=-1, keepdim=True)
-            w = w.div_(sums.masked_fill_(sums <= 0, 1.0))
+            w = normalize_rows(w.to(self.dtype), inplace=True)  # classic path does for low precision
         return w.mean(dim=1, dtype=self.dtype)
 
     def observe(self, w: torch.Tensor) -> None:
@@ -150,18 +149,6 @@ class StreamState:
                 g = (grad.clamp_min(0.0) * w).mean(dim=1)  # (B, q, T)
                 picked = torch.gather(g, 1, at)
                 self.grad_sam[:, layer] = torch.where(inside[:, :, None], picked, self.grad_sam[:, layer])
-
-
-def mix_residual(w: torch.Tensor, valid: torch.Tensor, residual: float) -> torch.Tensor:
-    """A = (1 - r) W + r I on the real positions, rows re-normalised (rows summing to 0 stay 0).
-
-    w: (B, T, T) with padding zero; valid: (B, T) bool. The torch twin of
-    `attnflow.explain`'s residual mixing, computed on w's device.
-    """
-    out = (1.0 - residual) * w
-    out.diagonal(dim1=-2, dim2=-1).add_(residual * valid.to(out.dtype))
-    sums = out.sum(dim=-1, keepdim=True)
-    return out.div_(sums.masked_fill_(sums <= 0, 1.0))  # rows of zeros (padding) stay 0
 
 
 def tril_matmul(a: torch.Tensor, b: torch.Tensor, block: int = TRIL_BLOCK) -> torch.Tensor:
@@ -300,16 +287,10 @@ def stream_maps(
     ids, valid, rows = _checked_batch(batch, rows)
     n_layers = _n_layers(model)
     state = StreamState(rows, valid, methods, n_layers, float(residual), dtype, block_bytes=int(block_bytes))
-    kwargs: dict[str, Any] = {}
-    if getattr(model.config, "use_cache", None) is not None:
-        kwargs["use_cache"] = False  # no key / value cache: it would grow with depth
-    keep = None
     at = (
         rows if logits_at is None else torch.as_tensor(logits_at, device=ids.device).reshape(-1, 1)
     )  # (B, R')
-    if "logits_to_keep" in inspect.signature(model.forward).parameters:
-        keep = torch.unique(at)  # a language model's logits at those positions only, never (B, T, V)
-        kwargs["logits_to_keep"] = keep
+    kwargs, keep = _forward_options(model, at)
     with torch.no_grad(), _streaming(model, state):
         out = model(**batch, **kwargs)
     if state.layer != n_layers:
@@ -328,6 +309,20 @@ def stream_maps(
     if "flow" in methods:
         result["flow"] = _flow(state, flow_layers, normalize_flow).to(device=ids.device, dtype=dtype)
     return result
+
+
+def _forward_options(model: Any, positions: torch.Tensor) -> tuple[dict[str, Any], torch.Tensor | None]:
+    """(keyword arguments of the streamed forward, the sorted positions whose logits it forms or
+    None): no key / value cache (it would grow with depth), and a language model's logits at
+    `positions` only, never (B, T, V)."""
+    kwargs: dict[str, Any] = {}
+    if getattr(model.config, "use_cache", None) is not None:
+        kwargs["use_cache"] = False
+    keep = None
+    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+        keep = torch.unique(positions)
+        kwargs["logits_to_keep"] = keep
+    return kwargs, keep
 
 
 def _checked_batch(
@@ -386,13 +381,7 @@ def stream_gradient_maps(
     )
     if positions is None:
         positions = last_positions(valid, ids.shape[0], ids.shape[1], ids.device)
-    kwargs: dict[str, Any] = {}
-    if getattr(model.config, "use_cache", None) is not None:
-        kwargs["use_cache"] = False
-    keep = None
-    if "logits_to_keep" in inspect.signature(model.forward).parameters:
-        keep = torch.unique(positions)
-        kwargs["logits_to_keep"] = keep
+    kwargs, keep = _forward_options(model, positions)
     with torch.enable_grad(), _streaming(model, state):
         out = model(**batch, **kwargs)
     if state.layer != n_layers:
@@ -455,8 +444,5 @@ def _flow(state: StreamState, layers: Sequence[int] | None, normalize: bool) -> 
         out[b] = flow_rows(one, valid[b : b + 1], row_layer, supply, valid[b : b + 1, src], threads=threads)[
             0
         ]
-    out = out.reshape(caps.shape[0], layer_idx.size, n_src, caps.shape[-1])
-    if normalize:
-        sums = out.sum(-1, keepdims=True)
-        out = np.divide(out, sums, out=np.zeros_like(out), where=sums > 0)
-    return torch.from_numpy(out)
+    out = torch.from_numpy(out.reshape(caps.shape[0], layer_idx.size, n_src, caps.shape[-1]))
+    return normalize_rows(out, inplace=True) if normalize else out

@@ -17,10 +17,17 @@ from attnflow.devices import model_device
 from .captured import Captured, zero_padding
 from .eager import AttentionUnavailableError, NoOutputHeadError, eager_attention
 
-__all__ = ["AttentionOutput", "Target", "forward_attentions", "last_positions", "target_scores"]
+__all__ = [
+    "TOKENIZER_ONLY_KEYS",
+    "AttentionOutput",
+    "Target",
+    "forward_attentions",
+    "last_positions",
+    "target_scores",
+]
 
 # Keys a tokenizer may add to its output that no model forward takes.
-_TOKENIZER_ONLY_KEYS = frozenset(
+TOKENIZER_ONLY_KEYS = frozenset(
     {"offset_mapping", "special_tokens_mask", "overflow_to_sample_mapping", "length", "word_ids"}
 )
 
@@ -43,7 +50,7 @@ def _model_inputs(batch: Any, device: torch.device) -> dict[str, Any]:
         )
     inputs = {}
     for key, value in batch.items():
-        if key in _TOKENIZER_ONLY_KEYS:
+        if key in TOKENIZER_ONLY_KEYS:
             continue
         inputs[key] = value.to(device) if isinstance(value, torch.Tensor) else value
     if not inputs:

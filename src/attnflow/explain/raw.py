@@ -37,10 +37,10 @@ def raw_attention(
     [0.0, 1.0]
     """
     if is_torch(attn):
-        from . import _torch
+        from . import torch_ops
 
-        t = _torch.prepare(attn, lengths=lengths, mask=mask, renormalize=renormalize)
-        return t.to_output(_torch.aggregate_heads(t, heads))
+        t = torch_ops.prepare(attn, lengths=lengths, mask=mask, renormalize=renormalize)
+        return t.to_output(torch_ops.aggregate_heads(t, heads))
     p = prepare(attn, lengths=lengths, mask=mask, renormalize=renormalize)
     w = aggregate_heads(p, heads, renormalize=renormalize)  # (B, L, T, T)
     return p.to_output(w)

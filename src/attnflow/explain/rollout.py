@@ -53,11 +53,11 @@ def attention_rollout(
     """
     residual = check_residual(residual)
     if is_torch(attn):
-        from . import _torch
+        from . import torch_ops
 
-        t = _torch.prepare(attn, lengths=lengths, mask=mask, renormalize=renormalize)
+        t = torch_ops.prepare(attn, lengths=lengths, mask=mask, renormalize=renormalize)
         return t.to_output(
-            _torch.rollout(_torch.mix_residual(_torch.aggregate_heads(t, heads), t.valid, residual))
+            torch_ops.rollout(torch_ops.mix_residual(torch_ops.aggregate_heads(t, heads), t.valid, residual))
         )
     p = prepare(attn, lengths=lengths, mask=mask, renormalize=renormalize)
     w = aggregate_heads(p, heads, renormalize=renormalize)  # (B, L, T, T)

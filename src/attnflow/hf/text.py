@@ -51,7 +51,7 @@ def explain_batch(
     stream: compute raw, rollout and flow inside the forward (`attnflow.stream`, float64, the same
     numbers) instead of capturing (B, L, H, T, T). None (default): whenever every method is one of
     those, heads="mean", the row is one position and the input is text; False: never."""
-    from attnflow.explain.apply import RowSpec, apply
+    from attnflow.explain.apply import apply
     from attnflow.methods import METHODS, MethodRecord
 
     specs = _method_specs(methods)
@@ -76,15 +76,9 @@ def explain_batch(
     made = {**out.inputs, **{n: INPUT_PROVIDERS[n](ctx) for n in custom}}
     bsz, num_layers, _, tokens, _ = out.attentions.shape
     layer = _check_layer(layer, num_layers)
-    causal = is_causal_model(model)
     valid = out.attention_mask
     valid = np.ones((bsz, tokens), dtype=bool) if valid is None else valid.cpu().numpy()  # (B, T)
-    idx = [np.flatnonzero(v) for v in valid]  # real positions of each sample
-    at = None
-    if positions is not None and rows == "auto":  # a masked LM: its mask position
-        at = [int(np.searchsorted(i, int(p))) for i, p in zip(idx, positions, strict=True)]
-    spec = RowSpec(rows, causal=causal)
-    row_of = at if at is not None else [spec.position(len(i)) for i in idx]
+    spec, _, at, row_of = _explained_rows(model, valid, rows, positions)
     attn_all = _float64_attentions(out.attentions, valid)  # (B, L, H, T, T)
     made = {
         k: torch.as_tensor(v).detach().to(device="cpu", dtype=torch.float64).numpy() for k, v in made.items()
@@ -116,6 +110,23 @@ def explain_batch(
             {"maps": maps[b], "row": row_of[b], "layer": layer, "logits": logits, "lm": lm, "keep": keep}
         )
     return out, results
+
+
+def _explained_rows(
+    model: Any, valid: np.ndarray, rows: Any, positions: torch.Tensor | None
+) -> tuple[Any, list[np.ndarray], list[int] | None, list[Any]]:
+    """(RowSpec, each sample's real positions, a masked LM's explained row among them or None, the
+    row each sample explains): the row decoding of `explain_batch`, classic or streamed.
+    positions: the scored absolute positions (`_scored_positions`), which a masked LM's "auto" row is."""
+    from attnflow.explain.apply import RowSpec
+
+    idx = [np.flatnonzero(v) for v in valid]  # real positions of each sample
+    at = None
+    if positions is not None and rows == "auto":  # a masked LM: its mask position
+        at = [int(np.searchsorted(i, int(p))) for i, p in zip(idx, positions, strict=True)]
+    spec = RowSpec(rows, causal=is_causal_model(model))
+    row_of = at if at is not None else [spec.position(len(i)) for i in idx]
+    return spec, idx, at, row_of
 
 
 def _batch_target(target: Target, idx: Sequence[int], n_texts: int) -> Target:
@@ -163,21 +174,15 @@ def _stream_batch(
 ) -> tuple[AttentionOutput, list[dict[str, Any]]]:
     """`explain_batch` for raw / rollout / flow, computed inside the forward in float64."""
     from attnflow.bridge import Captured
-    from attnflow.bridge.hf import last_positions
-    from attnflow.explain.apply import RowSpec
+    from attnflow.bridge.hf import TOKENIZER_ONLY_KEYS, last_positions
     from attnflow.stream import stream_maps
 
     ids = inputs["input_ids"]
-    batch = {k: v for k, v in inputs.items() if k not in ("offset_mapping", "special_tokens_mask")}
+    batch = {k: v for k, v in inputs.items() if k not in TOKENIZER_ONLY_KEYS}
     mask = inputs.get("attention_mask")
     valid = (torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()).cpu()
-    idx = [np.flatnonzero(v.numpy()) for v in valid]  # real positions of each sample
     scored = _scored_positions(model, inputs, rows, mask_token_id)  # (B,) absolute, or None
-    if scored is not None and rows == "auto":  # a masked LM: its mask position
-        row_of = [int(np.searchsorted(i, int(p))) for i, p in zip(idx, scored, strict=True)]
-    else:
-        spec = RowSpec(rows, causal=is_causal_model(model))
-        row_of = [spec.position(len(i)) for i in idx]
+    _, idx, _, row_of = _explained_rows(model, valid.numpy(), rows, scored)
     at = torch.tensor([[int(i[r])] for i, r in zip(idx, row_of, strict=True)], device=ids.device)  # (B, 1)
     if scored is None:
         scored = last_positions(valid.to(ids.device), ids.shape[0], ids.shape[1], ids.device)

@@ -1,11 +1,12 @@
-"""The head-mixed methods on torch tensors, on the tensors' own device (internal).
+"""The head-mixed methods on torch tensors, on the tensors' own device.
 
 `raw_attention` and `attention_rollout` given a torch tensor compute here, with torch, where the
 tensor lives (a GPU included), instead of converting to CPU float64 numpy. The compute type is the
 input's promoted to at least float32: float16 / bfloat16 / float32 attentions are mixed in float32
 (head means accumulate in float32: rows of a softmax are off by ~1e-7 anyway), float64 attentions in
 float64 (the study's numbers). Pass ``attn.double()`` for float64. Results come back in the input's
-dtype and device; the same input rules as the numpy path, with the same messages.
+dtype and device; the same input rules as the numpy path, with the same messages. The streaming
+capture (`attnflow.stream`) mixes and normalises with the same functions.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 
 from ._common import HEAD_AGGREGATIONS, check_heads, check_residual, dtype_name, row_sum_tolerance
 
-__all__ = ["TorchPrepared", "aggregate_heads", "mix_residual", "prepare", "rollout"]
+__all__ = ["TorchPrepared", "aggregate_heads", "mix_residual", "normalize_rows", "prepare", "rollout"]
 
 
 @dataclass(frozen=True)

@@ -368,40 +368,14 @@ def _choice_problems(study: dict) -> Iterator[str]:
                 yield f"{key}={v!r} is not one of {', '.join(map(str, allowed))}"
 
 
-def _range_problems(schema: type, tree: Any, prefix: str = "") -> Iterator[str]:
-    """Every field of `tree` outside the Range on its dataclass field, recursively."""
-    if not isinstance(tree, dict):
-        return
-    hints = typing.get_type_hints(schema)
-    for f in dataclasses.fields(schema):
-        if f.name not in tree:
-            continue
-        key, value = f"{prefix}{f.name}", tree[f.name]
-        allowed = f.metadata.get("range")
-        if allowed is not None and value is not None:
-            items = [(f"{key}.{i}", v) for i, v in enumerate(value)] if f.metadata["each"] else [(key, value)]
-            yield from (f"{k}={v!r}: {allowed.rule}" for k, v in items if not allowed.check(v))
-        kind = hints[f.name]
-        if dataclasses.is_dataclass(kind):
-            yield from _range_problems(kind, value, f"{key}.")
-        elif typing.get_origin(kind) is dict and dataclasses.is_dataclass(typing.get_args(kind)[-1]):
-            for name, node in (value or {}).items():
-                yield from _range_problems(typing.get_args(kind)[-1], node, f"{key}.{name}.")
-
-
-FINITE_RULE = "must be a finite number (not inf or nan)"
-
-
 def _holds_dataclasses(kind: Any) -> bool:
     """`kind` is dict[str, <a dataclass>] (e.g. ``task``: checked field by field instead)."""
     return typing.get_origin(kind) is dict and dataclasses.is_dataclass(typing.get_args(kind)[-1])
 
 
-def _meaning_problems(schema: type, tree: Any, prefix: str = "") -> Iterator[str]:
-    """Values that pass their type and range but mean nothing, recursively: a float that is not
-    finite (``inf`` is no timeout, ``nan`` no rate), a list that names one thing twice (a method run
-    twice, a task trained twice), a text in a list or mapping that is empty (a prompt with nothing
-    to complete)."""
+def _present_fields(schema: type, tree: Any, prefix: str = "") -> Iterator[tuple[str, Any, Any, Any]]:
+    """(key, value, dataclass field, its type) of every field of `schema` present in `tree`, each
+    before the fields under it: nested dataclasses and dicts of dataclasses, depth first."""
     if not isinstance(tree, dict):
         return
     hints = typing.get_type_hints(schema)
@@ -409,6 +383,32 @@ def _meaning_problems(schema: type, tree: Any, prefix: str = "") -> Iterator[str
         if f.name not in tree:
             continue
         key, value, kind = f"{prefix}{f.name}", tree[f.name], hints[f.name]
+        yield key, value, f, kind
+        if dataclasses.is_dataclass(kind):
+            yield from _present_fields(kind, value, f"{key}.")
+        elif _holds_dataclasses(kind):
+            for name, node in (value or {}).items():
+                yield from _present_fields(typing.get_args(kind)[-1], node, f"{key}.{name}.")
+
+
+def _range_problems(schema: type, tree: Any, prefix: str = "") -> Iterator[str]:
+    """Every field of `tree` outside the Range on its dataclass field, recursively."""
+    for key, value, f, _ in _present_fields(schema, tree, prefix):
+        allowed = f.metadata.get("range")
+        if allowed is not None and value is not None:
+            items = [(f"{key}.{i}", v) for i, v in enumerate(value)] if f.metadata["each"] else [(key, value)]
+            yield from (f"{k}={v!r}: {allowed.rule}" for k, v in items if not allowed.check(v))
+
+
+FINITE_RULE = "must be a finite number (not inf or nan)"
+
+
+def _meaning_problems(schema: type, tree: Any, prefix: str = "") -> Iterator[str]:
+    """Values that pass their type and range but mean nothing, recursively: a float that is not
+    finite (``inf`` is no timeout, ``nan`` no rate), a list that names one thing twice (a method run
+    twice, a task trained twice), a text in a list or mapping that is empty (a prompt with nothing
+    to complete)."""
+    for key, value, _, kind in _present_fields(schema, tree, prefix):
         if isinstance(value, float) and not math.isfinite(value):
             yield f"{key}={value!r}: {FINITE_RULE}"
         elif isinstance(value, list):
@@ -423,11 +423,6 @@ def _meaning_problems(schema: type, tree: Any, prefix: str = "") -> Iterator[str
             for name, v in value.items():
                 if isinstance(v, str) and not v.strip():
                     yield f"{key}.{name}={v!r}: empty (only whitespace); give it text"
-        if dataclasses.is_dataclass(kind):
-            yield from _meaning_problems(kind, value, f"{key}.")
-        elif _holds_dataclasses(kind):
-            for name, node in (value or {}).items():
-                yield from _meaning_problems(typing.get_args(kind)[-1], node, f"{key}.{name}.")
 
 
 def problems(study: dict) -> list[str]:

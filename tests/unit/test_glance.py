@@ -7,7 +7,8 @@ import re
 import pytest
 
 from attnflow.paths import StudyPaths
-from pipelines import _config, glance
+from attnflow.report import glance
+from pipelines import _config
 
 ROOT = _config.ROOT
 

@@ -1,0 +1,132 @@
+"""The README's "at a glance" paragraph from the study's outputs (``python -m pipelines.glance``
+writes it): every figure read from a file the study wrote, through the report's own functions, so
+the README and the report cannot disagree. The paragraph sits between ``<!-- results:glance -->``
+and ``<!-- /results:glance -->``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from attnflow.io import read_json
+from attnflow.paths import StudyPaths
+from attnflow.report.build import read_sweep_table, with_main_run
+from attnflow.report.inputs import load_task
+from attnflow.report.paper import PAPER_ACCURACY
+from attnflow.report.sections.claims import TOLERANCE, check_claims, lookup, seed_cells, target_cells
+from attnflow.report.tables import EXPLAINER_LABELS
+
+MARKERS = ("<!-- results:glance -->\n", "<!-- /results:glance -->")
+LABELS = {
+    **EXPLAINER_LABELS,
+    "integrated_gradients": "integrated gradients (captum)",
+    "random": "the random floor",
+}
+FAITHFUL = ("attnlrp", "integrated_gradients", "grad_sam", "chefer", "raw", "rollout", "flow", "random")
+
+
+def _jobs(path: Path) -> list[dict[str, Any]]:
+    return [j for j in read_json(path)["jobs"] if j["status"] == "finished"] if path.is_file() else []
+
+
+def facts(paths: StudyPaths, seed: int) -> dict[str, Any]:
+    """Every figure of the paragraph, read from the study's outputs under ``paths``."""
+    inputs = {task: load_task(task, paths) for task in ("agreement", "sst2")}
+    main = read_json(paths.train_metrics("agreement"))
+    sweep = _jobs(paths.sweep_jobs)
+    curve = {
+        j["accuracy"]["agreement"]["n_train"]: j["accuracy"]["agreement"]["accuracy"]
+        for j in _jobs(paths.recipe_jobs)
+    }
+    curve[main["n_train"]] = main["accuracy"]  # the main run is the curve's last point
+    stacked = with_main_run(read_sweep_table(paths.sweep), inputs, seed)
+    if stacked is None:  # no sweep: this run alone
+        stacked = inputs["agreement"].table.assign(seed=seed, task="agreement")
+    cells, seeds = seed_cells(stacked)
+    target = target_cells(cells)
+    claims = [ours >= 0 for _, _, ours in check_claims(lookup(cells))]
+    faith = inputs["sst2"].faithfulness
+    comp = faith[faith["metric"] == "comprehensiveness"].sort_values("layer").groupby("method").last()
+    cost = (
+        inputs["sst2"].cost.set_index("method")["vs_gradient"]
+        if inputs["sst2"].cost is not None
+        else pd.Series()
+    )
+    return {
+        "accuracy": main["accuracy"],
+        "seed": seed,
+        "sweep_accuracy": {j["seed"]: j["accuracy"]["agreement"]["accuracy"] for j in sweep},
+        "paper_accuracy": PAPER_ACCURACY["agreement"],
+        "curve": dict(sorted(curve.items())),
+        "seeds": seeds,
+        "within": int(target["within"].sum()),
+        "cells": len(target),
+        "claims_hold": sum(claims),
+        "claims": len(claims),
+        "faithfulness_n": int(comp["n"].max()),
+        "comprehensiveness": {m: float(comp.loc[m, "mean"]) for m in FAITHFUL if m in comp.index},
+        "cost": {m: float(cost[m]) for m in FAITHFUL if m in cost.index},
+    }
+
+
+def paragraph(f: dict[str, Any]) -> str:
+    """The paragraph's markdown (wrapped at about 100 characters)."""
+    others = ", ".join(f"{a:.3f}" for _, a in sorted(f["sweep_accuracy"].items()))
+    seeds_text = (
+        f" (seeds {', '.join(str(s) for s in sorted(f['sweep_accuracy']))} of the sweep: {others})"
+        if others
+        else ""
+    )
+    points = list(f["curve"].items())
+    rises = all(b[1] > a[1] for a, b in itertools.pairwise(points))
+    curve = ", ".join(f"{a:.3f} at {n / 1000:.0f}k" for n, a in points)
+    comp = f["comprehensiveness"]
+    best = max(comp, key=comp.get)
+
+    def method(m: str) -> str:
+        x = f"{LABELS.get(m, m)} {comp[m]:.2f}"
+        if m in f["cost"] and m in ("attnlrp", "integrated_gradients"):  # the two gradient-based picks
+            ratio = f["cost"][m]
+            x += f" at {ratio:.1f}×" if ratio < 10 else f" at {ratio:.0f}×"
+            x += " the cost of one batched gradient" if m == "attnlrp" else ""
+        return x
+
+    text = (
+        f"At a glance (the protocol of the notebook that printed the paper's tables, a 2-core CPU; written by "
+        f"`python -m pipelines.glance` from `reports/`): the agreement student reaches {f['accuracy']:.3f} test "
+        f"accuracy at seed {f['seed']}{seeds_text}; paper {f['paper_accuracy']:.2f}. Its learning curve "
+        f"({curve} training items) {'rises with the data' if rises else 'does not rise with the data'}. "
+        f"As a mean over seeds {f['seeds']}, {f['within']} of the {f['cells']} rollout and flow cells of Tables 1-2 "
+        f"lie within ±{TOLERANCE:.2f} of the paper and {f['claims_hold']} of the paper's {f['claims']} qualitative "
+        f"claims hold (the report's claims section names each). Faithfulness on SST-2 ({f['faithfulness_n']} dev "
+        f"sentences, AOPC comprehensiveness at the last layer, higher is better): "
+        f"{', '.join(method(m) for m in comp)}; the most comprehensive is {LABELS.get(best, best)} "
+        "(the report's faithfulness section has every method, both tasks and the cost of each)."
+    )
+    return _wrap(text)
+
+
+def _wrap(text: str, width: int = 100) -> str:
+    lines, line = [], ""
+    for word in text.split(" "):
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return "\n".join([*lines, line])
+
+
+def with_paragraph(text: str, body: str, where: Path) -> str:
+    """``text`` with the body between the markers replaced (ValueError unless they appear once)."""
+    pattern = re.compile(re.escape(MARKERS[0]) + ".*?" + re.escape(MARKERS[1]), re.S)
+    if len(pattern.findall(text)) != 1:
+        raise ValueError(
+            f"{where}: the markers {MARKERS[0].strip()} ... {MARKERS[1]} must appear exactly once"
+        )
+    return pattern.sub(lambda _: MARKERS[0] + body + "\n" + MARKERS[1], text)

@@ -5,12 +5,7 @@ from __future__ import annotations
 import numpy as np
 from omegaconf import DictConfig
 
-from attnflow.attribution.samples import (
-    attribute_samples,
-    blank_switches,
-    method_options,
-    switch_from_configured,
-)
+from attnflow.attribution.samples import attribute_samples, blank_out_under_switches, method_options
 from attnflow.devices import resolve_device
 from attnflow.io import read_parquet, save_ragged
 from attnflow.models import load_classifier
@@ -34,13 +29,8 @@ def run(cfg: DictConfig, task: str) -> None:
         )
         save_ragged(paths.importance(task), scores, ids=samples["sample_id"].to_numpy())
         if "blank_out" in methods:  # each blank-out switch flipped alone: the report's sensitivity table
-            switched = {}
-            for name, flipped in blank_switches(opts).items():  # a pass only where the scores do not follow
-                derived = switch_from_configured(name, opts, scores["blank_out"])
-                if derived is None:
-                    options = method_options(["blank_out"], encoder, **grad, **flipped)
-                    derived = attribute_samples(model, ids, labels, options=options, **common)["blank_out"]
-                switched[name] = derived
+            switched = blank_out_under_switches(model, ids, labels, settings=opts, configured=scores["blank_out"],
+                                                encoder=encoder, gradient=grad, **common)  # fmt: skip
             save_ragged(paths.switched_importance(task), switched, ids=samples["sample_id"].to_numpy())
         mlrun.log_metrics({m: {"mean": float(np.mean([s.mean() for s in v]))} for m, v in scores.items()})
 

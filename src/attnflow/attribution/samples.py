@@ -19,6 +19,7 @@ __all__ = [
     "BLANK_POSITIONS",
     "BLANK_SWITCHES",
     "attribute_samples",
+    "blank_out_under_switches",
     "blank_switches",
     "method_options",
     "study_options",
@@ -187,6 +188,32 @@ def switch_from_configured(
             s[skipped[: len(s)]] = 0.0
         return out
     return None
+
+
+def blank_out_under_switches(
+    model: Any,
+    input_ids: Sequence[Sequence[int]],
+    labels: Sequence[int],
+    *,
+    settings: Mapping[str, Any],
+    configured: Sequence[np.ndarray],
+    encoder: Any,
+    gradient: Mapping[str, Any],
+    **common: Any,
+) -> dict[str, list[np.ndarray]]:
+    """Blank-out under each switch of :func:`blank_switches` flipped alone (the report's sensitivity
+    table), by switch name: derived from the configured pass ``configured`` where the scores follow
+    from it (:func:`switch_from_configured`), else one :func:`attribute_samples` pass of its own.
+    ``gradient``: the task's gradient_target / gradient_class; ``common``: attribute_samples' batch
+    options (pad_id, batch_size, device, progress)."""
+    out = {}
+    for name, flipped in blank_switches(settings).items():
+        derived = switch_from_configured(name, settings, configured)
+        if derived is None:
+            options = method_options(["blank_out"], encoder, **gradient, **flipped)
+            derived = attribute_samples(model, input_ids, labels, options=options, **common)["blank_out"]
+        out[name] = derived
+    return out
 
 
 def blank_switches(settings: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

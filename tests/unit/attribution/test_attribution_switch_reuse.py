@@ -11,6 +11,7 @@ import torch
 
 from attnflow.attribution.samples import (
     attribute_samples,
+    blank_out_under_switches,
     blank_switches,
     method_options,
     switch_from_configured,
@@ -23,17 +24,22 @@ WORDS = ["the", "dog", "dogs", "near", "cat", "cats", "big"]
 SETTINGS = dict(blank_positions="all", blank_token="unk", mask_blank=False, blank_target="gold")
 
 
-@pytest.mark.parametrize("batch_size", [3, 256])  # 3: the dropped CLS copies shift every later batch
-def test_skip_cls_from_the_configured_pass_equals_its_own_pass(batch_size):
+def _study():
+    """A tiny agreement model (float32, as the study's), its encoder, 12 sentences and labels."""
     torch.manual_seed(0)
     vocab = Vocab.build([WORDS])
     encoder = WordEncoder(vocab, append_eos=True)
     model = AgreementTransformer(
         AgreementConfig(vocab_size=len(vocab), block_size=16, n_layer=2, n_head=2, n_embd=32)
-    ).eval()  # float32, as the study's model
+    ).eval()
     rng = random.Random(0)
     ids = encoder.encode_ids([" ".join(rng.choices(WORDS, k=rng.randint(1, 8))) for _ in range(12)])
-    labels = [rng.randrange(2) for _ in ids]
+    return model, encoder, ids, [rng.randrange(2) for _ in ids]
+
+
+@pytest.mark.parametrize("batch_size", [3, 256])  # 3: the dropped CLS copies shift every later batch
+def test_skip_cls_from_the_configured_pass_equals_its_own_pass(batch_size):
+    model, encoder, ids, labels = _study()
 
     def scores(**settings):
         options = method_options(["blank_out"], encoder, batch_size=batch_size, **{**SETTINGS, **settings})
@@ -57,3 +63,22 @@ def test_the_other_switches_still_need_their_own_pass():
             assert switch_from_configured(name, SETTINGS, configured) is None
     skip = {**SETTINGS, "blank_positions": "skip_cls"}  # CLS's score under "all" is not in a skip_cls pass
     assert switch_from_configured("blank_positions=all", skip, configured) is None
+
+
+def test_every_switch_of_the_stage_equals_its_own_pass():
+    """blank_out_under_switches (what the attribute stage runs): each switch's scores, derived or
+    computed, equal a pass with that switch flipped."""
+    model, encoder, ids, labels = _study()
+    common = dict(pad_id=encoder.pad_id, batch_size=4)
+    gradient = dict(gradient_target="p0_minus_p1", gradient_class="gold")
+
+    def blank_out(settings):
+        options = method_options(["blank_out"], encoder, **gradient, **settings)
+        return attribute_samples(model, ids, labels, options=options, **common)["blank_out"]
+
+    got = blank_out_under_switches(model, ids, labels, settings=SETTINGS, configured=blank_out(SETTINGS),
+                                   encoder=encoder, gradient=gradient, **common)  # fmt: skip
+    flips = blank_switches(SETTINGS)
+    assert sorted(got) == sorted(flips)
+    for name, flipped in flips.items():
+        assert all(np.array_equal(g, o) for g, o in zip(got[name], blank_out(flipped), strict=True)), name

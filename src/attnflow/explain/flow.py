@@ -6,10 +6,51 @@ from typing import Any
 
 import numpy as np
 
-from ._common import aggregate_heads, check_positions, check_residual, mix_residual, normalize_rows, prepare
-from ._maxflow import layered_max_flow
+from ._common import (
+    ROW_SUM_TOLS,
+    aggregate_heads,
+    check_positions,
+    check_residual,
+    mix_residual,
+    normalize_rows,
+    prepare,
+    row_sums,
+)
+from ._maxflow import _kernels, layered_max_flow, small_full_flow
 
 __all__ = ["attention_flow"]
+
+# The common call -- float64 numpy attention, no padding, mean heads -- skips `prepare` when its
+# checks pass by this margin (row sums computed in another order may differ in the last bits);
+# anything else, or a borderline row, takes the general path, which words the error.
+FAST_MARGIN = 1e-9
+
+
+def _fast_caps(attn: Any, residual: float, heads: Any, lengths: Any, mask: Any, renormalize: bool):
+    """(B, L, T, T) capacities of the common call, bit-identical to the general path (the same
+    float64 operations in the same order, in one C++ pass plus numpy's row sums), and whether the
+    input had a batch axis; None when the call is not the common one or a check is borderline."""
+    if (
+        type(attn) is not np.ndarray
+        or attn.dtype != np.float64
+        or not isinstance(heads, str)
+        or heads != "mean"
+        or renormalize
+        or lengths is not None
+        or mask is not None
+        or attn.ndim not in (4, 5)
+        or attn.shape[-1] != attn.shape[-2]
+        or 0 in attn.shape
+    ):
+        return None
+    batched = attn.ndim == 5
+    x = attn if batched else attn[None]  # (B, L, H, T, T)
+    # with the checks of `prepare` in the same pass: >= 0, every row summing to 1 (NaN, inf fail)
+    caps = _kernels.mix_heads(np.ascontiguousarray(x), residual, ROW_SUM_TOLS["float64"] - FAST_MARGIN)
+    if caps is None:
+        return None
+    _kernels.divide_rows(caps, row_sums(caps))  # = normalize_rows, in place on our own array
+    return caps, batched
 
 
 def flow_rows(
@@ -100,6 +141,9 @@ def attention_flow(
     residual = check_residual(residual)
     if not isinstance(normalize, bool | np.bool_):
         raise ValueError(f"normalize must be True or False, got {normalize!r}")
+    fast = _fast_caps(attn, residual, heads, lengths, mask, renormalize)
+    if fast is not None:
+        return _fast_flow(*fast, sources, layers, normalize, progress)
     p = prepare(attn, lengths=lengths, mask=mask, renormalize=renormalize)
     n_layers, tokens = p.attn.shape[1], p.attn.shape[-1]
     layer_idx = check_positions(layers, "layers", n_layers, f"the input has {n_layers} layers")
@@ -116,3 +160,38 @@ def attention_flow(
     if normalize:
         values = normalize_rows(values)
     return p.to_output(values)
+
+
+def _fast_flow(
+    caps: np.ndarray, batched: bool, sources: Any, layers: Any, normalize: bool, progress: bool | None
+) -> np.ndarray:
+    """`attention_flow` of the common call (see `_fast_caps`): no padding, numpy float64 out."""
+    batch, n_layers, tokens = caps.shape[0], caps.shape[1], caps.shape[-1]
+    layer_idx = check_positions(layers, "layers", n_layers, f"the input has {n_layers} layers")
+    src = check_positions(sources, "sources", tokens, f"the input has {tokens} positions")
+    n_rows = layer_idx.size * src.size
+    row_layer = np.repeat(layer_idx, src.size)  # (R,)
+    row_src = np.tile(src, layer_idx.size)
+    if not progress and (n_rows == 1 or np.all(row_layer[1:] >= row_layer[:-1])):
+        values = small_full_flow(caps, row_layer, row_src)  # (B * R, T), None unless a small call
+        if values is not None:
+            values = values.reshape(batch, layer_idx.size, src.size, tokens)  # (B, layers, sources, T)
+            if normalize:
+                values = normalize_rows(values)
+            return values if batched else values[0]
+    supply = caps[:, row_layer, row_src, :].reshape(batch * n_rows, tokens)  # (B * R, T)
+    row_b = np.repeat(np.arange(batch), n_rows)
+    row_L = np.tile(row_layer + 1, batch)
+    if n_rows > 1 and np.any(row_layer[1:] < row_layer[:-1]):  # the solver wants rows sorted by layer
+        sort = np.argsort(row_layer, kind="stable")
+        rows = (np.arange(batch)[:, None] * n_rows + sort).reshape(-1)
+        values = np.empty((batch * n_rows, tokens))
+        values[rows] = layered_max_flow(
+            caps, np.full(batch, tokens), row_b, row_L[rows], supply[rows], progress=progress
+        )
+    else:
+        values = layered_max_flow(caps, np.full(batch, tokens), row_b, row_L, supply, progress=progress)
+    values = values.reshape(batch, layer_idx.size, src.size, tokens)  # (B, layers, sources, T)
+    if normalize:
+        values = normalize_rows(values)
+    return values if batched else values[0]

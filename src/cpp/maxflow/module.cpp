@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -47,11 +48,8 @@ Call make_call(const F64& caps, const I64& lengths, const I64& row_b, const I64&
     return Call{caps.data(), B, Lmax, N, len, rb, rl, supply.data(), out.mutable_data()};
 }
 
-void run_rows(const F64& caps, const I64& lengths, const I64& row_b, const I64& row_L, const F64& supply,
-              i64 parts, i64 threads, py::array_t<double, py::array::c_style>& out) {
-    const Call c = make_call(caps, lengths, row_b, row_L, supply, out);
-    require(parts >= 1, "parts must be >= 1");
-    const i64 R = row_b.size();
+// Closed forms, then each (row, sink) problem on its own with the sinks cut into `parts` ranges.
+void rows_kernel(const Call& c, i64 R, i64 parts, i64 threads) {
     std::vector<i64> closed, cold;
     for (i64 r = 0; r < R; ++r) (c.row_L[r] <= 2 ? closed : cold).push_back(r);
     const i64 N = c.N;
@@ -63,6 +61,55 @@ void run_rows(const F64& caps, const I64& lengths, const I64& row_b, const I64& 
         if (!cold.empty())
             run_cold(c, cold.data(), i64(cold.size()), part * width, std::min(part * width + width, N));
     });
+}
+
+void run_rows(const F64& caps, const I64& lengths, const I64& row_b, const I64& row_L, const F64& supply,
+              i64 parts, i64 threads, py::array_t<double, py::array::c_style>& out) {
+    const Call c = make_call(caps, lengths, row_b, row_L, supply, out);
+    require(parts >= 1, "parts must be >= 1");
+    rows_kernel(c, row_b.size(), parts, threads);
+}
+
+// The small call of a full batch (no padding) in one step: rows r = (b, q) for every sample b and
+// q < Q, source (layer row_layer[q] + 1, position row_src[q]); row_layer non-decreasing. Does what
+// layered_max_flow does with such a call (the rows, their supplies caps[b, row_layer[q],
+// row_src[q]], the `_small` test and the thread count, then run_rows): returns the (B * Q, N)
+// values, or None when the call is not small (it then needs the plan). limits = (SMALL_ROWS,
+// SWEEP_ROWS_MIN, SWEEP_LAYERS_MIN, threads free); serial_work = SERIAL_WORK.
+py::object run_full_small(const F64& caps, const I64& row_layer, const I64& row_src, const I64& limits,
+                          double serial_work) {
+    require(caps.ndim() == 4 && caps.shape(2) == caps.shape(3), "caps must be (B, L, N, N)");
+    require(limits.size() == 4, "limits must be (SMALL_ROWS, SWEEP_ROWS_MIN, SWEEP_LAYERS_MIN, threads)");
+    const i64 B = caps.shape(0), Lmax = caps.shape(1), N = caps.shape(2), Q = row_layer.size();
+    require(row_src.size() == Q && Q >= 1, "row_layer, row_src must be (Q,), Q >= 1");
+    const i64* lim = limits.data();
+    const i64 R = B * Q, gap = lim[1] - 1;
+    if (R > lim[0]) return py::none();
+    const i64 *lq = row_layer.data(), *sq = row_src.data();
+    for (i64 q = 0; q < Q; ++q) {
+        require(lq[q] >= 0 && lq[q] < Lmax && sq[q] >= 0 && sq[q] < N, "a row is out of range");
+        require(q == 0 || lq[q] >= lq[q - 1], "row_layer must be non-decreasing");
+    }
+    std::vector<i64> rb(R), rl(R), lengths(B, N);
+    for (i64 r = 0; r < R; ++r) rb[r] = r / Q, rl[r] = lq[r % Q] + 1;
+    // `_small`: no SWEEP_ROWS_MIN rows of one (sample, layer) at layer >= SWEEP_LAYERS_MIN
+    for (i64 r = 0; gap >= 1 && r + gap < R; ++r)
+        if (rb[r + gap] == rb[r] && rl[r + gap] == rl[r] && rl[r + gap] >= lim[2]) return py::none();
+    double work = 0.0;  // whole numbers below 2**53: exact in any order
+    const double n = double(N);
+    for (i64 r = 0; r < R; ++r) work += n * n * (rl[r] <= 2 ? 1.0 : n * double(std::max<i64>(rl[r] - 2, 1)));
+    const i64 threads = work < serial_work ? 1 : std::min(lim[3], N);
+    std::vector<double> supply(R * N);
+    const double* cp = caps.data();
+    for (i64 r = 0; r < R; ++r) {
+        const double* src = cp + ((rb[r] * Lmax + rl[r] - 1) * N + sq[r % Q]) * N;
+        std::copy(src, src + N, supply.data() + r * N);
+    }
+    py::array_t<double, py::array::c_style> out({R, N});
+    std::fill(out.mutable_data(), out.mutable_data() + R * N, 0.0);
+    const Call c{cp, B, Lmax, N, lengths.data(), rb.data(), rl.data(), supply.data(), out.mutable_data()};
+    rows_kernel(c, R, threads, threads);
+    return std::move(out);
 }
 
 void run_tasks(const F64& caps, const I64& lengths, const I64& row_b, const I64& row_L, const F64& supply,
@@ -94,6 +141,79 @@ void run_tasks(const F64& caps, const I64& lengths, const I64& row_b, const I64&
             run_task(c, o, k[t], a0[t], a1[t], a2[t], a3[t]);
         }
     });
+}
+
+// --- the capacities of a call, from attention as given (the numpy steps of flow.py, fused) ------
+
+// Head mean and residual of a full batch: out[b, l] = (1 - r) * (sum_h attn[b, l, h]) / H + r I.
+// The same float64 operations in the same order as numpy's attn.mean(axis=2) (heads added one
+// after another from head 0, then divided by H) followed by `mix_residual` before its row
+// normalisation, so the result is bit-identical. attn: (B, L, H, T, T) -> (B, L, T, T).
+// In the same pass, the checks of `prepare` on every row of every head: all entries >= 0 and the
+// row sum within `tol` of 1 (a NaN or inf makes the sum fail); None when one fails (the caller
+// then takes the general path, which words the error). The sums here are only compared with
+// the tolerance, so their order does not matter (the caller leaves a margin).
+py::object mix_heads(const F64& attn, double residual, double tol) {
+    require(attn.ndim() == 5 && attn.shape(3) == attn.shape(4), "attn must be (B, L, H, T, T)");
+    const i64 B = attn.shape(0), L = attn.shape(1), H = attn.shape(2), T = attn.shape(3), TT = T * T;
+    require(H >= 1, "attn needs at least one head");
+    py::array_t<double, py::array::c_style> out({B, L, T, T});
+    const double* x = attn.data();
+    double* o = out.mutable_data();
+    const double keep = 1.0 - residual, heads = double(H);
+    bool ok = true;
+    {
+        py::gil_scoped_release release;
+        for (i64 g = 0; g < B * L && ok; ++g) {
+            const double* xg = x + g * H * TT;
+            double* og = o + g * TT;
+            for (i64 h = 0; h < H && ok; ++h) {
+                const double* xh = xg + h * TT;
+                for (i64 i = 0; i < T; ++i) {
+                    const double* row = xh + i * T;
+                    double* orow = og + i * T;
+                    if (h == 0)
+                        for (i64 k = 0; k < T; ++k) orow[k] = row[k];
+                    else
+                        for (i64 k = 0; k < T; ++k) orow[k] += row[k];
+                    // the check: four partial sums (independent chains; only compared with tol)
+                    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0, low = 0.0;
+                    i64 k = 0;
+                    for (; k + 4 <= T; k += 4) {
+                        s0 += row[k], s1 += row[k + 1], s2 += row[k + 2], s3 += row[k + 3];
+                        low = std::min(low, std::min(std::min(row[k], row[k + 1]), std::min(row[k + 2], row[k + 3])));
+                    }
+                    for (; k < T; ++k) s0 += row[k], low = std::min(low, row[k]);
+                    const double sum = (s0 + s1) + (s2 + s3);
+                    if (low < 0 || !(std::fabs(sum - 1.0) <= tol)) ok = false;
+                }
+            }
+            for (i64 k = 0; k < TT; ++k) og[k] = keep * (og[k] / heads);
+            for (i64 i = 0; i < T; ++i) og[i * T + i] += residual;
+        }
+    }
+    if (!ok) return py::none();
+    return std::move(out);
+}
+
+// x[..., k] /= sums[...] in place where sums > 0, else 0: numpy's
+// divide(x, s, out=zeros_like(x), where=s > 0) of `normalize_rows`. x: (..., T), sums: (...).
+void divide_rows(py::array_t<double, py::array::c_style>& x, const F64& sums) {
+    require(x.ndim() >= 1, "x needs a last axis");
+    const i64 T = x.shape(x.ndim() - 1);
+    require(sums.size() * T == x.size(), "sums must hold one entry per row of x");
+    double* v = x.mutable_data();
+    const double* s = sums.data();
+    const i64 rows = sums.size();
+    py::gil_scoped_release release;
+    for (i64 r = 0; r < rows; ++r) {
+        double* row = v + r * T;
+        const double d = s[r];
+        if (d > 0)
+            for (i64 k = 0; k < T; ++k) row[k] = row[k] / d;
+        else
+            for (i64 k = 0; k < T; ++k) row[k] = 0.0;
+    }
 }
 
 // --- single problems on one network, for the tests (same kernels as the calls above) ----------
@@ -129,7 +249,14 @@ PYBIND11_MODULE(_kernels, m) {
     m.attr("RESIDUAL_EPS") = RESIDUAL_EPS;
     m.attr("STOP_TOL") = STOP_TOL;
     m.def("run_rows", &run_rows, "Closed forms, then each (row, sink) problem on its own, sinks cut into parts.");
+    m.def("run_full_small", &run_full_small,
+          "A small call of a full batch: rows, supplies, the small test and run_rows in one step (None: not small).");
     m.def("run_tasks", &run_tasks, "The planned tasks, per worker list, on up to `threads` threads.");
+    m.def("mix_heads", &mix_heads, py::arg("attn"), py::arg("residual"), py::arg("tol"),
+          "Head mean and residual of (B, L, H, T, T) float64 attention, before the row normalisation; "
+          "None when an entry is negative or a row does not sum to 1 within tol.");
+    m.def("divide_rows", &divide_rows, py::arg("x"), py::arg("sums"),
+          "Rows of x divided in place by their sums (0 where a sum is not > 0).");
     m.def("network", &network, py::arg("caps"), py::arg("b"), py::arg("L"), py::arg("n"), py::arg("reverse"));
 
     py::class_<Workspace>(m, "Workspace")

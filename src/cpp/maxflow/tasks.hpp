@@ -125,14 +125,16 @@ inline void run_sweep_sinks(const Call& c, i64 b, i64 L, i64 n, const i64* rows,
 // every layer of a sample share it): rho_f[j, 0] = A_1[:, j],
 // rho_f[j, m, i] = sum_k min(A_{m+1}[i, k], rho_f[j, m-1, k]); and ord_f[j, m], the positions by
 // decreasing rho_f[j, m] (greedy's children order, shared the same way). rho_f: (n, Kmax, n).
-inline void rho_down(const Call& c, i64 b, i64 j, i64 n, i64* depth, i64 K, i64 Kmax, double* rho_f,
+// The sink's rows live in slot `slot` of rho_f / ord_f / depth (slot j when they are kept for
+// the sample's other rows, else one slot reused sink after sink).
+inline void rho_down(const Call& c, i64 b, i64 j, i64 slot, i64 n, i64* depth, i64 K, i64 Kmax, double* rho_f,
                      i64* ord_f) {
-    for (i64 m = depth[j]; m < K; ++m) {
-        double* r = rho_f + (j * Kmax + m) * n;
+    for (i64 m = depth[slot]; m < K; ++m) {
+        double* r = rho_f + (slot * Kmax + m) * n;
         if (m == 0) {
             for (i64 k = 0; k < n; ++k) r[k] = c.cap(b, 0, k, j);
         } else {
-            const double* below = rho_f + (j * Kmax + m - 1) * n;
+            const double* below = rho_f + (slot * Kmax + m - 1) * n;
             for (i64 i = 0; i < n; ++i) {
                 double v = 0.0;
                 const double* Crow = c.caps + ((b * c.Lmax + m) * c.N + i) * c.N;
@@ -140,9 +142,9 @@ inline void rho_down(const Call& c, i64 b, i64 j, i64 n, i64* depth, i64 K, i64 
                 r[i] = v;
             }
         }
-        order_desc(r, ord_f + (j * Kmax + m) * n, n);
+        order_desc(r, ord_f + (slot * Kmax + m) * n, n);
     }
-    depth[j] = std::max(depth[j], K);
+    depth[slot] = std::max(depth[slot], K);
 }
 
 // The networks and workspaces run_cold keeps per depth, per thread, between calls while the
@@ -185,7 +187,8 @@ inline ColdScratch& cold_scratch() {
 // of each sink (rho_down); per row, its top-down capacities (top_down), which bound every sink
 // and are the reversed network's rho; and the children orders of both. Networks and workspaces
 // are kept per depth while the length stays the same. Each problem starts from zero flow, so the
-// values do not depend on how the sinks are split into tasks.
+// values do not depend on how the sinks are split into tasks. Without padding (n == N) the forward
+// network is read in place from caps (it is caps[b, 1..L-2]): no copy.
 inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
     const i64 N = c.N;
     const i64 Kmax = std::max<i64>(c.Lmax - 1, 1);
@@ -196,7 +199,7 @@ inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
     auto& nets_r = scratch.nets_r;
     auto& spaces_f = scratch.spaces_f;
     auto& spaces_r = scratch.spaces_r;
-    double* Cf = nullptr;
+    const double* Cf = nullptr;
     double* Cr = nullptr;
     Workspace* wsf = nullptr;
     Workspace* wsr = nullptr;
@@ -205,7 +208,7 @@ inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
     std::vector<i64> depth(N, 0);
     std::vector<double> sigma(Kmax * N);
     std::vector<i64> ord_s(Kmax * N, 0);  // the row's children orders on the reversed network
-    bool reversed_ready = false, sorted_sigma = false;
+    bool reversed_ready = false, sorted_sigma = false, keep = false;
     for (i64 q = 0; q < R; ++q) {
         const i64 r = rows[q];
         const bool new_sample = c.row_b[r] != b;
@@ -214,21 +217,30 @@ inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
             if (c.lengths[b] != n) {
                 n = c.lengths[b];
                 scratch.fit(n, Kmax);  // networks and workspaces of this length
-                rho_f.assign(n * Kmax * n, 0.0);
-                ord_f.assign(n * Kmax * n, 0);
+            }
+            // the sinks' rho is kept for the sample's next rows only when it has some: a single
+            // row (e.g. last-row flow of a long input) needs one slot, not n (n^2 Kmax doubles)
+            keep = q + 1 < R && c.row_b[rows[q + 1]] == b;
+            const i64 slots = keep ? n : 1;
+            if (i64(rho_f.size()) < slots * Kmax * n) {
+                rho_f.assign(slots * Kmax * n, 0.0);
+                ord_f.assign(slots * Kmax * n, 0);
             }
             std::fill(depth.begin(), depth.end(), 0);
         }
         if (new_sample || c.row_L[r] != L) {  // a new network
             L = c.row_L[r];
             K = L - 1;
-            if (!spaces_f[K]) {
-                nets_f[K].assign(std::max<i64>(K - 1, 1) * n * n, 0.0);
-                spaces_f[K] = std::make_unique<Workspace>(K, n);
-            }
-            Cf = nets_f[K].data();
+            if (!spaces_f[K]) spaces_f[K] = std::make_unique<Workspace>(K, n);
             wsf = spaces_f[K].get();
-            fill_network(c, b, L, n, false, Cf);
+            if (n == N) {  // no padding: the forward network is caps[b, 1..L-2] itself, read in place
+                Cf = c.caps + (b * c.Lmax + 1) * N * N;
+            } else {
+                const i64 size = std::max<i64>(K - 1, 1) * n * n;
+                if (i64(nets_f[K].size()) != size) nets_f[K].assign(size, 0.0);
+                fill_network(c, b, L, n, false, nets_f[K].data());
+                Cf = nets_f[K].data();
+            }
             reset(Cf, *wsf, -1);
             reversed_ready = false;
         }
@@ -270,11 +282,13 @@ inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
                     for (i64 k = 0; k < n; ++k) wsr->kids[m * n + k] = ord_s[(K - 1 - m) * N + k];
                 c.out[r * N + j] = solve(Cr, bcol.data(), a.data(), *wsr, hint, true);
             } else {
-                rho_down(c, b, j, n, depth.data(), K, Kmax, rho_f.data(), ord_f.data());
+                const i64 slot = keep ? j : 0;
+                if (!keep) depth[0] = 0;  // the one slot holds the previous sink's rho
+                rho_down(c, b, j, slot, n, depth.data(), K, Kmax, rho_f.data(), ord_f.data());
                 for (i64 m = 0; m < K; ++m)
-                    for (i64 k = 0; k < n; ++k) wsf->rho[m * n + k] = rho_f[(j * Kmax + m) * n + k];
+                    for (i64 k = 0; k < n; ++k) wsf->rho[m * n + k] = rho_f[(slot * Kmax + m) * n + k];
                 for (i64 m = 0; m < K - 1; ++m)
-                    for (i64 k = 0; k < n; ++k) wsf->kids[m * n + k] = ord_f[(j * Kmax + m) * n + k];
+                    for (i64 k = 0; k < n; ++k) wsf->kids[m * n + k] = ord_f[(slot * Kmax + m) * n + k];
                 c.out[r * N + j] = solve(Cf, a.data(), bcol.data(), *wsf, hint, true);
             }
         }

@@ -135,10 +135,16 @@ def test_a_small_call_on_a_busy_machine_runs_on_the_calling_thread(monkeypatch):
     # two busy loops on two cores: no free CPU, so the kernels get one thread (the caller)
     seen = []
     real = _maxflow._kernels.run_rows
+    real_full = _maxflow._kernels.run_full_small
     monkeypatch.delenv("ATTNFLOW_THREADS", raising=False)
     monkeypatch.setattr(_threads, "free_cpus", lambda: 1)
     monkeypatch.setattr(_maxflow, "flow_threads", _threads.flow_threads)
     monkeypatch.setattr(_maxflow._kernels, "run_rows", lambda *a: seen.append(a[-2]) or real(*a))
+    # the one-step small call of an unpadded batch: limits[3] = the free CPUs it may use (the work
+    # of this call is far above SERIAL_WORK, so it uses min(limits[3], tokens) threads)
+    monkeypatch.setattr(
+        _maxflow._kernels, "run_full_small", lambda *a: seen.append(int(a[3][3])) or real_full(*a)
+    )
     attn = stochastic(np.random.default_rng(5), (6, 2, 40, 40))
     busy = attention_flow(attn, sources=0)
     monkeypatch.setattr(_threads, "free_cpus", lambda: 2)
@@ -175,3 +181,39 @@ def test_batched_relevance_in_slices_equals_one_sample_at_a_time(method, monkeyp
     for b, n in enumerate(lengths):
         one = method(attn[b, ..., :n, :n], grad[b, ..., :n, :n])
         np.testing.assert_allclose(batched[b, :, :n, :n], one, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "shape, options",
+    [
+        ((6, 8, 20, 20), {"sources": [0], "normalize": False}),  # Table 1's one-sample CLS call
+        ((4, 6, 3, 9, 9), {}),  # every row of a batch: the planned path
+        ((5, 33, 3, 3), {"sources": 2, "layers": [4, 1], "residual": 0.3}),  # layers out of order
+    ],
+)
+def test_the_common_call_gives_the_general_paths_values_bit_for_bit(monkeypatch, shape, options):
+    # float64 numpy without padding, mean heads: the fused capacities (head mean and residual in
+    # one C++ pass) and the one-step small call give what prepare / aggregate_heads / mix_residual
+    # / flow_rows give, to the bit
+    from attnflow.explain import flow
+
+    attn = stochastic(np.random.default_rng(11), shape)
+    fast = attention_flow(attn, **options)
+    monkeypatch.setattr(flow, "_fast_caps", lambda *args: None)
+    general = attention_flow(attn, **options)
+    assert fast.dtype == general.dtype and fast.shape == general.shape
+    assert np.array_equal(fast.view(np.uint64), general.view(np.uint64))
+
+
+def test_the_common_call_leaves_a_borderline_row_to_the_general_check():
+    # a row summing to 1 + 1e-3 exactly (the float64 tolerance) passes prepare; the fused check
+    # keeps a margin and hands it on, so the call gives the general path's result, not an error
+    from attnflow.explain import flow
+
+    attn = np.full((2, 2, 3, 3), 1 / 3)
+    attn[1, 1, 2, 2] += 1e-3
+    assert flow._fast_caps(attn, 0.5, "mean", None, None, False) is None
+    assert np.isfinite(attention_flow(attn)).all()
+    attn[1, 1, 2, 2] += 1e-4
+    with pytest.raises(ValueError, match="must sum to 1"):
+        attention_flow(attn)

@@ -40,7 +40,10 @@ every input node (0, j), for many (sample, layer, source) at once. Structure use
   zero flow, so the values do not change); a small call runs on the calling thread.
 * A small call (<= SMALL_ROWS rows, none swept, e.g. CLS flow of one sample) skips the plan: one
   kernel (`run_rows`) runs the closed forms and the sink ranges of the other rows, the same
-  kernels as the planned path.
+  kernels as the planned path. Without padding, `small_full_flow` does the whole call -- the
+  rows, their supplies, the small test, the thread count -- in one kernel call (`run_full_small`).
+* Memory: without padding the forward network is read in place from `caps`; the sinks' rho is
+  kept for the sample's next rows only when it has some (one slot for a single row).
 
 Exactness: arcs with residual <= RESIDUAL_EPS count as saturated and excess <= RESIDUAL_EPS as
 zero, so the value found is within (#arcs + #nodes) * RESIDUAL_EPS + STOP_TOL of the true maximum
@@ -58,10 +61,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import _kernels
-from ._plan import _assign, _plan, _rounds, _small, _split_sinks
+from ._plan import SMALL_ROWS, SWEEP_LAYERS_MIN, SWEEP_ROWS_MIN, _assign, _plan, _rounds, _small, _split_sinks
 from ._threads import flow_threads
 
-__all__ = ["PROGRESS_WORK", "RESIDUAL_EPS", "STOP_TOL", "layered_max_flow"]
+__all__ = ["PROGRESS_WORK", "RESIDUAL_EPS", "STOP_TOL", "layered_max_flow", "small_full_flow"]
 
 # The tolerances live in the C++ kernels (workspace.hpp); these are their values.
 RESIDUAL_EPS: float = _kernels.RESIDUAL_EPS
@@ -112,6 +115,16 @@ def _execute(
         threads,
         out,
     )
+
+
+def small_full_flow(caps: np.ndarray, row_layer: np.ndarray, row_src: np.ndarray) -> np.ndarray | None:
+    """`layered_max_flow` of a small call on a batch without padding, in one kernel call, or None
+    when the call is not small (`_small`). caps: (B, L, N, N) float64, C-contiguous; the rows are
+    (b, q) for every sample b and q < Q, the source at 0-based layer row_layer[q] (non-decreasing)
+    and position row_src[q]. Returns (B * Q, N), the values layered_max_flow gives for these rows.
+    """
+    limits = np.array((SMALL_ROWS, SWEEP_ROWS_MIN, SWEEP_LAYERS_MIN, flow_threads(None)), np.int64)
+    return _kernels.run_full_small(caps, row_layer, row_src, limits, SERIAL_WORK)
 
 
 def layered_max_flow(

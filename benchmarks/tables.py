@@ -6,7 +6,8 @@ from benchmarks/results/.
 
 Each table sits between ``<!-- benchmarks:NAME -->`` and ``<!-- /benchmarks:NAME -->``: ``flow``
 from ``flow_speed.json`` (every figure as a ratio against the baseline timed in the same run),
-``cold`` from ``cold_start.json`` and ``long`` (docs/long-inputs.md only) from ``long_inputs.json``.
+``cold`` from ``cold_start.json``, ``long`` (docs/long-inputs.md only) from ``long_inputs.json`` and
+``generation`` (the same page) from ``long_generation.json``.
 The numbers are never typed by hand, so the documents say what the last committed run measured.
 """
 
@@ -24,7 +25,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 DOCUMENTS = {
     ROOT / "README.md": ("flow", "cold"),
     ROOT / "docs" / "performance.md": ("flow", "cold"),
-    ROOT / "docs" / "long-inputs.md": ("long",),
+    ROOT / "docs" / "long-inputs.md": ("long", "generation"),
 }
 
 
@@ -128,6 +129,29 @@ def long_table(result: dict) -> str:
     return "\n".join(lines).rstrip()
 
 
+def generation_table(result: dict) -> str:
+    """The long_generation.json run: explain_generation captured vs streamed, by prompt length."""
+    meta = result["meta"]
+    lines = [
+        f"`python benchmarks/long_generation.py`, {meta['cpus']} CPUs, load average {_load(meta.get('loadavg_start'))} "
+        f"before / {_load(meta.get('loadavg_end'))} after; a worker past {meta['cap_gb']:g} GB is stopped.",
+        "",
+        "| SmolLM2-135M, 8 generated tokens, raw + rollout, sinks auto | prompt tokens | seconds | extra peak | process peak |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for r in sorted(result["rows"], key=lambda r: (r["path"], r["size"])):
+        if "over_cap_gb" in r:
+            lines.append(f"| {r['path']} | {r['size']:,} | | over {r['over_cap_gb']:g} GB | stopped |")
+        elif "error" in r:
+            lines.append(f"| {r['path']} | {r['size']:,} | failed | | |")
+        else:
+            lines.append(
+                f"| {r['path']} | {r['size']:,} | {r['seconds']:.1f} | {r['extra_peak_bytes'] / 2**20:,.0f} MB | "
+                f"{r['process_peak_bytes'] / 2**30:.2f} GB |"
+            )
+    return "\n".join(lines)
+
+
 def _load(load: list[float] | None) -> str:
     return "n/a" if not load else " ".join(f"{x:.2f}" for x in load)
 
@@ -139,6 +163,7 @@ def rendered() -> dict[str, str]:
         "flow": flow_table(read("flow_speed.json")),
         "cold": cold_table(read("cold_start.json")),
         "long": long_table(read("long_inputs.json")),
+        "generation": generation_table(read("long_generation.json")),
     }
 
 

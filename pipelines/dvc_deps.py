@@ -3,8 +3,10 @@
 A stage's code is the static import closure of ``pipelines/<stage>.py`` (ast, no import is run):
 every ``import`` / ``from ... import`` of a project module (``attnflow.*``, ``pipelines.*``),
 relative ones included, and imports inside functions too (a lazy import is still code the stage may
-run), plus ``"attnflow.mod:name"`` strings (the method registry's lazy references). A folder is
-listed instead of its files when every ``.py`` file under it is in the closure.
+run), plus ``"attnflow.mod:name"`` strings (lazy references). One exception, the method records:
+a stage that reads only their facts (what each method needs) depends on what importing them runs,
+not on the code their methods call (see `closure`). A folder is listed instead of its files when
+every ``.py`` file under it is in the closure.
 
 In dvc.yaml only the code entries of each stage's ``deps`` are rewritten (``.py`` files and folders
 under ``src/`` and ``pipelines/``); data, models, outputs, other files, params and the
@@ -44,8 +46,11 @@ def module_file(name: str, root: Path = ROOT) -> Path | None:
     return None
 
 
-def imports(path: Path, root: Path = ROOT) -> set[str]:
-    """Project modules named by the imports of one file (``from a import b`` yields a.b when b is a module)."""
+def imports(path: Path, root: Path = ROOT, *, at_import: bool = False) -> set[str]:
+    """Project modules named by the imports of one file (``from a import b`` yields a.b when b is a module).
+
+    at_import: only the imports that importing the file runs (module and class level), not those
+    inside functions, under ``if TYPE_CHECKING:`` or named by lazy-reference strings."""
     src = root / "src"
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = ".".join(path.relative_to(src if src in path.parents else root).with_suffix("").parts)
@@ -54,7 +59,7 @@ def imports(path: Path, root: Path = ROOT) -> set[str]:
     else:
         package = package.rpartition(".")[0]
     names: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _import_time_nodes(tree) if at_import else ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -64,7 +69,7 @@ def imports(path: Path, root: Path = ROOT) -> set[str]:
                 base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
             names.add(base)
             names.update(f"{base}.{a.name}" for a in node.names)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+        elif not at_import and isinstance(node, ast.Constant) and isinstance(node.value, str):
             ref = _LAZY_REF.match(node.value)
             if ref:
                 names.add(ref.group(1))
@@ -77,14 +82,29 @@ def imports(path: Path, root: Path = ROOT) -> set[str]:
     return found
 
 
+def _import_time_nodes(tree: ast.AST) -> list[ast.AST]:
+    """The nodes importing a module runs: all but function bodies and ``if TYPE_CHECKING:`` blocks."""
+    out: list[ast.AST] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            continue  # its body runs when called, not when the module is imported
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
 # attnflow.methods imports every module of its package (pkgutil): a stage that reads the records
-# for what they compute or need (these modules) depends on all of them; a stage that only validates
-# method names in its config (every stage, through attnflow.schema) does not.
+# for what they compute (these modules) depends on all of them, the methods' code included; a
+# stage that only validates method names in its config (every stage, through attnflow.schema) does not.
 _RECORD_PACKAGE = Path("src/attnflow/methods")
 _RECORD_READERS = tuple(
     Path("src/attnflow", f)
     for f in (
-        "method_inputs.py",
         "explain/registry.py",
         "explain/samples.py",  # the records' functions, per-head variants, CLS convention
         "hf/methods.py",
@@ -96,21 +116,46 @@ _RECORD_READERS = tuple(
         "report/inputs.py",  # the records' figure order
     )
 )
+# A stage that reads only the records' facts (what each method needs: the capture stage, through
+# attnflow.method_inputs) runs no method: a record's facts are set when its module is imported (its
+# needs are declared by the kit when its function is made), so the stage depends on what importing
+# the record modules runs (their module-level imports, followed the same way), not on the code the
+# methods call (the flow solver, AttnLRP). tests/unit/test_dvc_deps.py checks that it never calls one.
+_RECORD_FACT_READERS = (Path("src/attnflow/method_inputs.py"),)
 
 
 def closure(script: Path, root: Path = ROOT) -> set[Path]:
-    """Every project file `script` can import, directly or not (itself included)."""
-    todo, seen = [script], {script}
+    """Every project file `script` can import, directly or not (itself included); modules reached
+    only through the records' facts (`_RECORD_FACT_READERS`) with what importing them runs."""
+    full, light = {script}, set()  # followed with every import | with the imports run at import
+    todo: list[tuple[Path, bool]] = [(script, False)]
+    records = sorted(_py_files(root / _RECORD_PACKAGE))
     while todo:
-        for name in imports(todo.pop(), root):
-            f = module_file(name, root)
-            if f is not None and f not in seen:
-                seen.add(f)
-                todo.append(f)
-        if not todo and any(root / r in seen for r in _RECORD_READERS):
-            todo = sorted(_py_files(root / _RECORD_PACKAGE) - seen)  # the discovered record modules
-            seen.update(todo)
-    return seen
+        f, at_import = todo.pop()
+        for name in imports(f, root, at_import=at_import):
+            g = module_file(name, root)
+            if g is None or g in full or (at_import and g in light):
+                continue
+            if at_import:
+                light.add(g)
+            else:  # a module first reached through the records' facts is now followed fully
+                full.add(g)
+                light.discard(g)
+            todo.append((g, at_import))
+        if todo:
+            continue
+        # the discovered record modules: with every import where a stage reads what they compute
+        readers = any(root / r in full for r in _RECORD_READERS)
+        facts = any(root / r in full | light for r in _RECORD_FACT_READERS + _RECORD_READERS)
+        for g in records:
+            if readers and g not in full:
+                full.add(g)
+                light.discard(g)
+                todo.append((g, False))
+            elif facts and g not in full | light:
+                light.add(g)
+                todo.append((g, True))
+    return full | light
 
 
 def _py_files(folder: Path) -> set[Path]:

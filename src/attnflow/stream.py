@@ -36,7 +36,15 @@ import torch
 from attnflow.bridge.eager import attention_configs
 from attnflow.explain.torch_ops import mix_residual, normalize_rows
 
-__all__ = ["GRAD_STREAM_METHODS", "STREAM_METHODS", "StreamState", "stream_gradient_maps", "stream_maps"]
+__all__ = [
+    "GRAD_STREAM_METHODS",
+    "STREAM_METHODS",
+    "StreamState",
+    "handle_sinks",
+    "stream_gradient_maps",
+    "stream_maps",
+    "stream_sink_scores",
+]
 
 # The methods a stream can compute: they need the head mean of each layer and nothing else.
 STREAM_METHODS = ("raw", "rollout", "flow")
@@ -80,6 +88,14 @@ class StreamState:
     abar: torch.Tensor | None = None  # chefer: Ā(l) = mean_h[(∇A ⊙ A)⁺], (B, L, T, T)
     grad_sam: torch.Tensor | None = None  # grad_sam: G(l)[rows] = mean_h[ReLU(∇A) ⊙ A][rows], (B, L, R, T)
     first: list = field(default_factory=list)  # layer 1's (rows, weights) blocks: the backward's inputs
+    # attention sinks (attnflow.explain.causal): each head's attention on its sink keys is handled
+    # by sink_mode ("diagonal" / "drop") before the head mean; (B, L, H, T) bool, None = no sinks
+    sink_keys: torch.Tensor | None = None
+    sink_mode: str = "none"
+    # sink scores (`stream_sink_scores`): per layer the attention each key gets from the other rows
+    # that see it, summed, (B, H, T); and whether every entry above the diagonal is 0 (causal)
+    scores: list | None = None
+    upper_zero: bool = True
 
     @property
     def full(self) -> bool:
@@ -94,7 +110,29 @@ class StreamState:
             w = w.masked_fill(~pair, 0.0)
         if w.dtype in (torch.float16, torch.bfloat16):  # rows off by up to 2^-8: rescaled, as the
             w = normalize_rows(w.to(self.dtype), inplace=True)  # classic path does for low precision
+        if self.sink_keys is not None and self.sink_mode != "none":
+            keys = self.sink_keys[:, self.layer].to(w.device)  # (B, H, T)
+            w = handle_sinks(w.to(self.dtype), keys, queries.start, self.sink_mode)
         return w.mean(dim=1, dtype=self.dtype)
+
+    def score(self, weights: torch.Tensor, queries: slice) -> None:
+        """Add one block's attention to each key from the other real rows, (B, H, q, T) -> (B, H, T)."""
+        w = weights.detach().to(torch.float64)
+        if not self.full:
+            valid = self.valid.to(w.device)
+            w = w.masked_fill(~(valid[:, None, queries, None] & valid[:, None, None, :]), 0.0)
+        q = w.shape[2]
+        k, i = (
+            torch.arange(q, device=w.device),
+            torch.arange(queries.start, queries.start + q, device=w.device),
+        )
+        total = w.sum(dim=2)  # (B, H, T)
+        total[:, :, i] -= w[:, :, k, i]  # a row's attention to itself is not sink attention
+        self.upper_zero &= bool((w.triu(queries.start + 1) == 0).all())  # every layer, as is_causal
+        if len(self.scores) == self.layer:
+            self.scores.append(total)
+        else:
+            self.scores[self.layer] += total
 
     def observe(self, w: torch.Tensor) -> None:
         """Fold one layer's head mean W(l) (B, T, T) into the maps; called once per layer, in order."""
@@ -151,6 +189,35 @@ class StreamState:
                 self.grad_sam[:, layer] = torch.where(inside[:, :, None], picked, self.grad_sam[:, layer])
 
 
+def handle_sinks(w: torch.Tensor, keys: torch.Tensor, start: int, mode: str) -> torch.Tensor:
+    """`attnflow.explain.causal.remove_sinks` on one block of query rows start .. start + q - 1.
+
+    w (B, H, q, T), keys (B, H, T) the sink keys of each head. With m_i = sum_{j in S, j != i} w[i, j]:
+    "diagonal": w'[i, j] = 0 for j in S \\ {i}, w'[i, i] = w[i, i] + m_i; "drop": the same zeros, the
+    row re-normalised (a row with everything on other sinks keeps itself, w'[i, i] = 1). Rows with
+    m_i = 0 are left exactly as they are. Returns a new tensor.
+    """
+    q = w.shape[2]
+    k = torch.arange(q, device=w.device)
+    i = torch.arange(start, start + q, device=w.device)
+    self_attn = w[:, :, k, i]  # (B, H, q): a row's own entry is never sink attention
+    weights = keys.to(w.dtype)
+    mass = torch.einsum("bhij,bhj->bhi", w, weights) - self_attn * weights[:, :, i]  # (B, H, q) = m_i
+    touched = mass > 0
+    out = w.masked_fill(keys[:, :, None, :], 0.0)  # every sink column emptied ...
+    out[:, :, k, i] = self_attn  # ... except on the diagonal
+    if mode == "diagonal":
+        out[:, :, k, i] += torch.where(touched, mass, torch.zeros_like(mass))
+    elif mode == "drop":
+        rest = out.sum(dim=-1)  # (B, H, q)
+        scale = torch.where(touched & (rest > 0), 1.0 / rest, torch.ones_like(rest))
+        out *= scale[..., None]
+        out[:, :, k, i] += (touched & (rest <= 0)).to(out.dtype)
+    else:
+        raise ValueError(f"sink mode must be 'diagonal' or 'drop', got {mode!r}")
+    return out
+
+
 def tril_matmul(a: torch.Tensor, b: torch.Tensor, block: int = TRIL_BLOCK) -> torch.Tensor:
     """a @ b for lower-triangular a, b (B, T, T), skipping the blocks that are zero.
 
@@ -192,6 +259,8 @@ def _stream_attention(
         block_mask = None if mask is None else mask[..., rows, :]
         out, weights = eager(module, query[:, :, rows], key, value, block_mask, **kwargs)  # (B, q, H, D)
         outs.append(out)
+        if state.scores is not None:
+            state.score(weights, rows)
         if state.methods:
             mixed.append(state.heads(weights, rows))
         if state.grad_methods and weights.requires_grad:
@@ -266,7 +335,10 @@ def stream_maps(
     normalize_flow: bool = True,
     block_bytes: int = BLOCK_BYTES,
     logits_at: torch.Tensor | None = None,
-) -> dict[str, torch.Tensor]:
+    sinks: Any = None,
+    sink_mode: str = "none",
+    sink_scores: bool = False,
+) -> dict[str, Any]:
     """Raw attention, rollout and flow of `rows`, computed while `model` runs on `batch`.
 
     rows: (B, R) query positions per sample, one list for every sample, or an int. Returns, per
@@ -275,18 +347,40 @@ def stream_maps(
     are 0. "logits": a classifier's (B, C); a language model's at the rows only, (B, R, V), or
     at `logits_at` (B,) positions, (B, V) (its (B, T, V) logits are never formed). block_bytes:
     the largest block of attention probabilities formed at once (the model's eager attention runs
-    over blocks of query rows).
+    over blocks of query rows). sinks: (B, L, H, T) bool sink keys of each head (e.g. from
+    `stream_sink_scores` and `attnflow.explain.causal.sinks_from_scores`), handled per head by
+    sink_mode ("diagonal" / "drop", as `attnflow.explain.causal.remove_sinks`) before the head mean.
+    sink_scores: also return "sink_scores", what `stream_sink_scores` returns, from the same forward
+    (of the attention before any sink handling).
     """
     methods = tuple(methods)
     if unknown := sorted(set(methods) - set(STREAM_METHODS)):
         raise ValueError(f"streaming capture computes {', '.join(STREAM_METHODS)}; not {unknown}")
+    if sink_mode not in ("none", "diagonal", "drop"):
+        raise ValueError(f"sink_mode must be 'none', 'diagonal' or 'drop', got {sink_mode!r}")
     if not 0.0 <= float(residual) <= 1.0:
         raise ValueError(f"residual must be a number in [0, 1], got {residual!r}")
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
     ids, valid, rows = _checked_batch(batch, rows)
     n_layers = _n_layers(model)
-    state = StreamState(rows, valid, methods, n_layers, float(residual), dtype, block_bytes=int(block_bytes))
+    state = StreamState(
+        rows, valid, methods, n_layers, float(residual), dtype, block_bytes=int(block_bytes),
+        scores=[] if sink_scores else None,
+    )  # fmt: skip
+    if sinks is not None and sink_mode != "none":
+        keys = torch.as_tensor(np.asarray(sinks, dtype=bool) if not torch.is_tensor(sinks) else sinks)
+        if (
+            keys.ndim != 4
+            or keys.shape[0] != ids.shape[0]
+            or keys.shape[1] != n_layers
+            or keys.shape[-1] != ids.shape[1]
+        ):
+            raise ValueError(
+                f"sinks must be a (batch, layer, head, key) bool mask of shape ({ids.shape[0]}, {n_layers}, heads, "
+                f"{ids.shape[1]}), got {tuple(keys.shape)}"
+            )
+        state.sink_keys, state.sink_mode = keys.to(device=ids.device, dtype=torch.bool), sink_mode
     at = (
         rows if logits_at is None else torch.as_tensor(logits_at, device=ids.device).reshape(-1, 1)
     )  # (B, R')
@@ -308,7 +402,46 @@ def stream_maps(
         result["rollout"] = torch.stack(state.rollout, dim=1)
     if "flow" in methods:
         result["flow"] = _flow(state, flow_layers, normalize_flow).to(device=ids.device, dtype=dtype)
+    if sink_scores:
+        result["sink_scores"] = _sink_scores(state)
     return result
+
+
+def stream_sink_scores(
+    model: Any, batch: Mapping[str, torch.Tensor], *, block_bytes: int = BLOCK_BYTES
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """`attnflow.explain.causal.sink_scores` of every head, computed while `model` runs on `batch`.
+
+    s[l, h, j] = mean_{i in V(j)} A[l, h, i, j] over the real rows i != j that see key j (i > j
+    under a causal mask): the column sums of each block of query rows are added up layer by layer,
+    so no (L, H, T, T) attention is held. Returns (scores (B, L, H, T) float64, |V(j)| (B, T),
+    causal: every attention entry above the diagonal is 0); `sinks_from_scores` turns them into
+    sinks as `find_sinks` does.
+    """
+    _, valid, rows = _checked_batch(batch, 0)
+    n_layers = _n_layers(model)
+    state = StreamState(rows, valid, (), n_layers, block_bytes=int(block_bytes), scores=[])
+    kwargs, _ = _forward_options(model, rows[:, 0])
+    with torch.no_grad(), _streaming(model, state):
+        model(**batch, **kwargs)
+    if state.layer != n_layers:
+        raise RuntimeError(f"the stream saw {state.layer} attention layers, the config has {n_layers}")
+    return _sink_scores(state)
+
+
+def _sink_scores(state: StreamState) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(scores (B, L, H, T), |V(j)| (B, T), causal) from the column sums the stream added up."""
+    total = torch.stack(state.scores, dim=1).cpu().numpy()  # (B, L, H, T)
+    real = state.valid.cpu().numpy()
+    if state.upper_zero:  # V(j) = the real rows after j
+        seen = real[:, ::-1].cumsum(axis=1)[:, ::-1] - real
+    else:  # every other real row
+        seen = real.sum(axis=1, keepdims=True) - real
+    seen = np.where(real, seen, 0)
+    scores = np.divide(
+        total, seen[:, None, None, :], out=np.zeros_like(total), where=seen[:, None, None, :] > 0
+    )
+    return scores, seen, bool(state.upper_zero)
 
 
 def _forward_options(model: Any, positions: torch.Tensor) -> tuple[dict[str, Any], torch.Tensor | None]:

@@ -3,8 +3,9 @@ and dvc.yaml's code deps are what `python -m pipelines.dvc_deps --write` makes o
 
 The import graph is read statically (ast, `pipelines.dvc_deps.closure`), following every `import` /
 `from ... import` of a project module (`attnflow.*`, `pipelines.*`), including imports inside
-functions: a lazy import is still code the stage may run. A module is covered when its file, or a
-folder holding it, is a dep.
+functions: a lazy import is still code the stage may run. The one exception: the method records, when
+a stage reads only their facts (capture: what each method needs), count with what importing them
+runs, not the code their methods call. A module is covered when its file, or a folder holding it, is a dep.
 """
 
 from __future__ import annotations
@@ -96,3 +97,63 @@ def test_the_generator_keeps_data_deps_and_templating():
     new = dvc_deps.stage_deps("train", old)
     assert new[-2:] == ["${paths.prepared}/${item}", "src/attnflow/data/checksums.tsv"]
     assert "src/attnflow/models" not in new and "pipelines/train.py" in new
+
+
+def test_the_capture_stage_depends_on_no_solver_viz_or_display():
+    """capture reads what each method needs from the records (attnflow.method_inputs) and runs no
+    method, so neither the flow solver nor the figures are its code."""
+    deps = _stages()["capture"]
+    for path in (
+        "src/attnflow/explain/flow.py",
+        "src/attnflow/explain/_maxflow/__init__.py",
+        "src/cpp/maxflow",
+        "src/attnflow/viz/__init__.py",
+        "src/attnflow/display.py",
+        "src/attnflow/attnlrp/maps.py",
+    ):
+        assert not any(path == d or path.startswith(d.rstrip("/") + "/") for d in deps), path
+    assert "src/attnflow/method_inputs.py" in deps and "src/attnflow/methods" in deps
+
+
+def test_a_facts_reader_follows_only_what_importing_runs(tmp_path):
+    """Imports inside functions and under TYPE_CHECKING are code a caller may run (followed for a
+    stage), not code that importing runs (what a reader of the records' facts depends on)."""
+    src = tmp_path / "src" / "attnflow"
+    src.mkdir(parents=True)
+    (src / "__init__.py").write_text("")
+    (src / "heavy.py").write_text("")
+    (src / "typed.py").write_text("")
+    (src / "light.py").write_text("from attnflow import typed as t\n")
+    (src / "mod.py").write_text(
+        "from typing import TYPE_CHECKING\nimport attnflow.light\n"
+        "if TYPE_CHECKING:\n    import attnflow.typed\n"
+        "def f():\n    import attnflow.heavy\n"
+    )
+    mod = src / "mod.py"
+    assert dvc_deps.imports(mod, tmp_path) == {
+        "attnflow",
+        "attnflow.light",
+        "attnflow.typed",
+        "attnflow.heavy",
+    }
+    assert dvc_deps.imports(mod, tmp_path, at_import=True) == {"attnflow", "attnflow.light"}
+
+
+def test_reading_the_records_facts_runs_no_method():
+    """What capture does with the records (method_inputs.needed_inputs) imports no solver, AttnLRP
+    or figure code; and method_inputs reads facts only (no `.function` / `.per_head` / `.generator`)."""
+    import subprocess
+    import sys
+
+    text = (ROOT / "src/attnflow/method_inputs.py").read_text(encoding="utf-8")
+    for attr in (".function", ".per_head", ".generator"):
+        assert attr not in text, f"method_inputs reads {attr}: the capture stage would run the methods' code"
+    code = (
+        "import sys, pipelines.capture\n"
+        "from attnflow.method_inputs import EXPLAINER_INPUTS, needed_inputs\n"
+        "needed_inputs(list(EXPLAINER_INPUTS))\n"
+        "bad = sorted(m for m in sys.modules if m.startswith(('attnflow.explain.flow', 'attnflow.explain._maxflow',"
+        " 'attnflow.viz', 'attnflow.display', 'attnflow.attnlrp.maps')))\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)

@@ -264,3 +264,29 @@ def test_bad_options_name_the_rule(model, kwargs, message):
 def test_k_must_leave_a_prompt_token(model):
     with pytest.raises(ValueError, match=r"every k must be an int in \[1, 2\]"):
         removal_faithfulness(model, [1, 2, 3], [4], {"a": np.ones((1, 3))}, ks=(3,))
+
+
+@pytest.mark.parametrize("sinks, positions", [("none", "auto"), ("diagonal", [0]), ("drop", "auto")])
+def test_the_stream_gives_the_captured_explanation(model, sinks, positions):
+    """Long prompts: raw, rollout and flow computed inside the forward, no (L, H, T, T) attentions held."""
+    kwargs = dict(max_new_tokens=4, methods=["raw", "rollout", "flow"], sinks=sinks, sink_positions=positions,
+                  sink_threshold=0.3, sink_min_rows=2, over="all")  # fmt: skip
+    captured = explain_generation(model, Tok(), PROMPT, stream=False, **kwargs)
+    streamed = explain_generation(
+        model, Tok(), PROMPT, stream=True, completion_ids=captured.generated_ids, **kwargs
+    )
+    for m in ("raw", "rollout", "flow"):
+        np.testing.assert_allclose(streamed.maps[m], captured.maps[m], atol=1e-12, rtol=0, err_msg=m)
+        np.testing.assert_allclose(streamed.coverage[m], captured.coverage[m], atol=1e-12, rtol=0)
+    np.testing.assert_allclose(streamed.logprobs, captured.logprobs, atol=1e-6, rtol=0)
+    np.testing.assert_array_equal(streamed.sinks, captured.sinks)
+    np.testing.assert_array_equal(streamed.head_sinks, captured.head_sinks)
+
+
+def test_the_stream_refuses_what_it_cannot_compute_and_is_not_used_for_it(model):
+    with pytest.raises(ValueError, match="stream=True cannot compute this explanation: the stream computes"):
+        explain_generation(model, Tok(), PROMPT, max_new_tokens=2, methods=["chefer"], stream=True)
+    with pytest.raises(ValueError, match="receptive-field"):
+        explain_generation(model, Tok(), PROMPT, max_new_tokens=2, receptive_field="uniform", stream=True)
+    e = explain_generation(model, Tok(), PROMPT, max_new_tokens=2, receptive_field="uniform")  # captured
+    assert e.maps["rollout"].shape == (2, len(PROMPT), 3)

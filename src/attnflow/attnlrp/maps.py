@@ -8,6 +8,10 @@ explained logit y has been propagated back through the top k layers:
 the input relevance `lxt` reports (position / token-type embedding relevance left out). Each row
 sums to y up to what the softmax rule and biases absorb (`AttnLRPResult`). The map does not depend
 on an attention row: it explains the output (the classifier's pooled token, the LM's position).
+
+The relevances are computed by the model's own forward and backward, on its device and in its
+dtype; `relevance_map` reads the map off an `AttnLRPResult` there (a torch tensor, nothing copied
+to the host). The functions below hand the study and the API float64 numpy maps, converted last.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import torch
 
 from .api import AttnLRPResult, attnlrp, attnlrp_batch, pools_last_token
 
-__all__ = ["METHOD", "attnlrp_map", "attnlrp_maps", "context_maps", "generation_maps"]
+__all__ = ["METHOD", "attnlrp_map", "attnlrp_maps", "context_maps", "generation_maps", "relevance_map"]
 
 METHOD = "attnlrp"
 
@@ -41,11 +45,23 @@ def attnlrp_map(
     return _as_map(res)
 
 
+def relevance_map(res: AttnLRPResult) -> torch.Tensor:
+    """The (L, T) map of one AttnLRP result on its device and in its dtype:
+
+        map[k] = R(h_{L-k}) for k = 1..L-1,   map[L] = R(word embeddings)
+
+    (rows of ``res.hidden_relevance`` (L + 1, T), h_0 .. h_L, from the top down, the last replaced
+    by ``res.input_relevance``). Only rows are picked: the values are the result's own.
+    """
+    hidden, inputs = res.hidden_relevance.detach(), res.input_relevance.detach()  # (L + 1, T), (T,)
+    dtype = torch.promote_types(hidden.dtype, inputs.dtype)
+    below_top = hidden[1:-1].flip(0)  # (L - 1, T): R(h_{L-1}) .. R(h_1)
+    return torch.cat([below_top.to(dtype), inputs[None].to(dtype)])  # (L, T)
+
+
 def _as_map(res: AttnLRPResult) -> np.ndarray:
-    hidden = res.hidden_relevance.detach().to(torch.float64).cpu().numpy()  # (L + 1, T): h_0 .. h_L
-    out = hidden[-2::-1].copy()  # (L, T): row k-1 = R(h_{L-k}), k = 1..L
-    out[-1] = res.input_relevance.detach().to(torch.float64).cpu().numpy()
-    return out
+    """`relevance_map` as float64 numpy on the CPU (the maps of the study and the API)."""
+    return relevance_map(res).to(torch.float64).cpu().numpy()
 
 
 def attnlrp_maps(

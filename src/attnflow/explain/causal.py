@@ -77,6 +77,7 @@ __all__ = [
     "sink_key_mask",
     "sink_mode",
     "sink_scores",
+    "sinks_from_scores",
 ]
 
 # SINK_MODES (how attention on sink keys is handled) and SINK_CHOICES (what a caller may pass as
@@ -259,11 +260,37 @@ def find_sinks(
         raise ValueError(f"head_share must be a number in (0, 1], got {head_share!r}")
     p, x = _float_heads(attn, lengths, mask)
     scores, rows = _sink_scores(x, p.valid, _causal(attn, causal, lengths, mask))
+    sinks = sinks_from_scores(
+        scores, rows, threshold=threshold, min_rows=min_rows, scope=scope, head_share=head_share
+    )
+    return _output_like(sinks, attn, p.batched)
+
+
+def sinks_from_scores(
+    scores: np.ndarray,
+    rows: np.ndarray,
+    *,
+    threshold: float = SINK_THRESHOLD,
+    min_rows: int = SINK_MIN_ROWS,
+    scope: str = "position",
+    head_share: float = SINK_HEAD_SHARE,
+) -> np.ndarray:
+    """`find_sinks`'s rule on scores computed elsewhere (the streaming capture computes them layer
+    by layer, `attnflow.stream.stream_sink_scores`): scores (B, L, H, T) = `sink_scores`, rows
+    (B, T) = |V(j)|, the rows other than j that can see key j. Returns (B, L, H, T) bool.
+
+    >>> s = np.array([[[[0.9, 0.1]], [[0.2, 0.1]]]])  # (1 sample, 2 layers, 1 head, 2 keys)
+    >>> n = np.array([[5, 0]])
+    >>> sinks_from_scores(s, n, scope="head")[0, :, 0].tolist()  # key 0 is a sink of layer 0's head
+    [[True, False], [False, False]]
+    >>> sinks_from_scores(s, n)[0, :, 0].tolist()  # 1 of 2 heads >= 1/4: a sink of every head
+    [[True, False], [True, False]]
+    """
     sinks = (scores > threshold) & (rows >= min_rows)[:, None, None, :]  # (B, L, H, T)
     if scope == "position":
         keys = sinks.mean(axis=(1, 2)) >= head_share  # (B, T)
         sinks = np.broadcast_to(keys[:, None, None, :], sinks.shape).copy()
-    return _output_like(sinks, attn, p.batched)
+    return sinks
 
 
 def sink_key_mask(sinks: Any, shape: tuple[int, ...], valid: np.ndarray) -> np.ndarray:

@@ -9,14 +9,19 @@ the CLI, generation):
 
 `attention_method` turns an algorithm into such a method. The algorithm sees one validated,
 padded float64 batch (`Batch`) and each declared need by name, already checked and shaped like the
-attention (float64, padded rows and columns 0), and returns its maps (B, L, T, T). The kit does the
+attention (float64, padded rows and columns 0), and returns its maps (B, L, T, T). Given torch
+tensors, the batch and the needs are torch tensors on attn's device, in its dtype promoted to at
+least float32 (`attnflow.explain.torch_ops`): an algorithm written with the operations numpy and
+torch share (``*``, ``@``, ``.clip(min=0.0)``, `Batch.heads`, `Batch.aggregate`) runs where the
+tensors live. The kit does the
 rest: it checks `residual` (and hands it on only to an algorithm that declares it uses it), checks
 `heads`, checks `rows` against the tokens and the padding, fetches each need by its name (a missing
 one is named in the error), hands the result back in the caller's kind and dtype, and keeps only
 the rows asked for. It also gives every method the causal options of decoders (sinks= /
 sink_positions= / receptive_field=, `CAUSAL_OPTIONS`): the attention with its sinks handled
-(`remove_sinks`) goes to the algorithm, and the maps are normalised by the receptive field (the
-method on uniform attention as the baseline; not for a method with needs). An algorithm that takes
+(`remove_sinks`) goes to the algorithm, and the maps are normalised by the receptive field:
+"column" for every method (the maps alone), "uniform" for the methods of the attention alone (the
+method on uniform attention as the baseline: a method with needs has none). An algorithm that takes
 them itself (raw, rollout and flow: their causal variants) gets them instead. The helpers
 (`check_rows`, `take_rows`) are public for code that selects rows the same way.
 
@@ -51,6 +56,7 @@ from ._common import (
     check_positions,
     check_residual,
     head_stack,
+    is_torch,
     prepare,
     row_sum_tolerance,
     valid_positions,
@@ -65,13 +71,21 @@ def check_rows(
     attn: Any, rows: int | Sequence[int] | None, lengths: Any = None, mask: Any = None
 ) -> np.ndarray | None:
     """The query rows asked for as an index array (None: every row): in range, and a real token of
-    every sample (never padding)."""
+    every sample (never padding). A torch attn's padding is checked on its device."""
     if rows is None:
         return None
     shape = attn.shape if hasattr(attn, "shape") else np.shape(attn)
     tokens = shape[-1]
     idx = check_positions(rows, "rows", tokens, f"the input has {tokens} query rows")
     if (lengths is not None or mask is not None) and len(shape) == 5:
+        if is_torch(attn):
+            from .torch_ops import valid_positions as on_device
+
+            valid = on_device(lengths, mask, shape[0], tokens, attn.device)  # (B, T)
+            if valid[:, idx].all():
+                return idx
+            b, r = (int(i) for i in (~valid[:, idx]).nonzero()[0])
+            raise ValueError(f"rows index {int(idx[r])} out of range: it is padding in sample {b}")
         valid = valid_positions(lengths, mask, shape[0], tokens)  # (B, T)
         if not valid[:, idx].all():
             b, r = np.argwhere(~valid[:, idx])[0]
@@ -90,30 +104,62 @@ def take_rows(maps: Any, idx: np.ndarray | None) -> Any:
     return maps[..., idx, :]
 
 
+def _prepared(attn: Any, lengths: Any, mask: Any) -> tuple[Any, Callable[..., Any]]:
+    """The validated batch of `attn` and the function that fetches its needs: numpy float64
+    (`prepare`, `companion`), or torch on attn's device (`torch_ops.prepare`, `torch_ops.companion`).
+    float16 / bfloat16 rows, checked against their own tolerance, are rescaled (in float64 / float32)
+    so that the algorithms (which may check again) see sums of 1."""
+    if is_torch(attn):
+        from . import torch_ops
+
+        t = torch_ops.prepare(attn, lengths=lengths, mask=mask)
+        if row_sum_tolerance(attn) > ROW_SUM_TOL:
+            t = torch_ops.TorchPrepared(torch_ops.normalize_rows(t.attn), t.valid, t.batched, t.like)
+        return t, torch_ops.companion
+    p = prepare(attn, lengths=lengths, mask=mask)
+    if row_sum_tolerance(attn) > ROW_SUM_TOL:
+        p = Prepared(head_stack(p, renormalize=True), p.valid, p.batched, p.like)
+    return p, companion
+
+
 @dataclass(frozen=True)
 class Batch:
     """One validated batch of attention, as an algorithm of the kit sees it.
 
     attn: (B, L, H, T, T) as given (never written to); valid: (B, T) bool, True for real tokens.
+    Given torch tensors: `prepared` is a `torch_ops.TorchPrepared`, attn and valid torch tensors on
+    the input's device (attn in the compute type, padding 0).
     """
 
-    prepared: Prepared
+    prepared: Any  # Prepared (numpy) or torch_ops.TorchPrepared
 
     @property
-    def attn(self) -> np.ndarray:
+    def attn(self) -> Any:
         return self.prepared.attn
 
     @property
-    def valid(self) -> np.ndarray:
+    def valid(self) -> Any:
         return self.prepared.valid
 
-    def heads(self, *, renormalize: bool = False) -> np.ndarray:
-        """The attention per head, float64 (B, L, H, T, T), padding 0 (rows re-normalised if asked)."""
-        return head_stack(self.prepared, renormalize=renormalize)
+    def heads(self, *, renormalize: bool = False) -> Any:
+        """The attention per head, float64 (B, L, H, T, T), padding 0 (rows re-normalised if asked);
+        torch: in the compute type, on the device."""
+        p = self.prepared
+        if is_torch(p.attn):
+            from .torch_ops import normalize_rows
 
-    def aggregate(self, per_head: np.ndarray, heads: str | int) -> np.ndarray:
+            return normalize_rows(p.attn) if renormalize else p.attn
+        return head_stack(p, renormalize=renormalize)
+
+    def aggregate(self, per_head: Any, heads: str | int) -> Any:
         """(B, L, H, T, T) -> (B, L, T, T) by the `heads` choice ("mean", "sum", "max" or one head)."""
         p = self.prepared
+        if is_torch(per_head):
+            from . import torch_ops
+
+            return torch_ops.aggregate_heads(
+                torch_ops.TorchPrepared(per_head, p.valid, p.batched, p.like), heads
+            )
         return aggregate_heads(Prepared(per_head, p.valid, p.batched, p.like), heads, renormalize=False)
 
 
@@ -127,20 +173,33 @@ def _receptive_field(
     rows: Any, lengths: Any, mask: Any, **common: Any,
 ) -> Any:  # fmt: skip
     """The method's maps normalised by its receptive field (`normalize_receptive_field`): the maps
-    of every row, then the rows asked for. A method with needs has no uniform baseline."""
+    of every row, then the rows asked for.
+
+    "column" reads the maps alone (each key's column divided by its mean over the rows that see
+    it), so it holds for every method with nonnegative maps, needs or not. "uniform" divides by the
+    method on uniform attention: a method with needs has no such baseline, since its needs
+    (gradients, LRP relevance) are the model's at the attention it computed, and no model run gave
+    uniform attention (the needs of the real attention paired with uniform attention describe no
+    state of the model)."""
     from .receptive_field import _receptive
 
-    if needs:
-        raise ValueError(
-            f"{label} takes no receptive_field: it needs {', '.join(needs)}, which uniform attention has no value "
-            "of (the receptive field applies to the methods of the attention alone)"
-        )
     mode = causal.pop("receptive_field")
     if mode not in RECEPTIVE_FIELDS:
         raise ValueError(f"receptive_field must be one of {RECEPTIVE_FIELDS}, got {mode!r}")
+    if needs and mode == "uniform":
+        raise ValueError(
+            f"{label} takes no receptive_field='uniform': it needs {', '.join(needs)}, which exist only for the "
+            "attention the model computed, not for the uniform attention of the baseline; "
+            "receptive_field='column' reads the maps alone"
+        )
     idx = check_rows(attn, rows, lengths, mask)
     maps = method(attn, lengths=lengths, mask=mask, **common, **causal)  # every row, sinks handled if asked
-    # the baseline: the method on uniform attention (which has no sinks), as causal_rollout does it
+    if mode == "column" and bool((maps < 0).any()):  # numpy or torch
+        raise ValueError(
+            f"{label} takes no receptive_field='column' here: its maps hold negative values, and a column's "
+            "mean over the rows that see it is no scale for signed evidence"
+        )
+    # the baseline of "uniform": the method on uniform attention (which has no sinks), as causal_rollout does it
     maps = _receptive(functools.partial(method, **common), attn, maps, mode, lengths, mask)
     return take_rows(maps, idx)
 
@@ -191,12 +250,9 @@ def attention_method(
                                     lengths=lengths, mask=mask)  # fmt: skip
             check_residual(residual)
             idx = check_rows(attn, rows, lengths, mask)
-            p = prepare(attn, lengths=lengths, mask=mask)
-            if row_sum_tolerance(attn) > ROW_SUM_TOL:  # float16 / bfloat16, checked against their own
-                # tolerance: rows rescaled in float64, so the algorithms (which may check again) see sums of 1
-                p = Prepared(head_stack(p, renormalize=True), p.valid, p.batched, p.like)
+            p, fetch = _prepared(attn, lengths, mask)
             check_heads(heads, p.attn.shape[2])
-            arrays = {need: companion(given.pop(need, None), need, p, label) for need in needs}
+            arrays = {need: fetch(given.pop(need, None), need, p, label) for need in needs}
             if unknown := sorted(set(given) - {q.name for q in options}):
                 raise TypeError(f"{label}() got unexpected keyword argument(s) {unknown}")
             if uses_residual:

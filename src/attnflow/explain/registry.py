@@ -15,13 +15,17 @@ The built-in methods (`attnflow.explain.adapters`):
 - "raw": head-aggregated attention W(l) (no residual: `residual` is validated and ignored).
 - "rollout": Ã(l) = A(l) Ã(l-1), A = (1 - residual) W + residual I; rows sum to 1.
 - "flow": max-flow value from node (l+1, i) to input node (0, j), each row normalised to sum 1.
-  raw, rollout and flow also take sinks= / sink_positions= / receptive_field= for causal attention
-  (attention sinks and the receptive-field bias of decoders, `attnflow.explain.causal`); defaults: plain.
 - "chefer": the generic rule of Chefer et al. (ICCV 2021), needs attn_grad (∂ logit / ∂ attn):
   R(l) = R(l-1) + mean_h[(∇A ⊙ A)⁺] R(l-1) from R = I; rows sum to >= 1 (`residual` ignored).
 - "chefer_lrp": Chefer et al. (CVPR 2021), needs attn_grad and attn_relevance (LRP's R(A)):
   C(l) = rownorm(I + mean_h[(∇A ⊙ R(A))⁺]) C(l-1); rows sum to 1 (`residual` ignored).
   Both also take start_layer= and cls_self= (see `attnflow.explain.relevance`).
+
+Every method takes sinks= / sink_positions= / receptive_field= for causal attention (attention
+sinks and the receptive-field bias of decoders, `attnflow.explain.causal`; defaults: plain), raw,
+rollout and flow through their causal variants, the others through the kit
+(`attnflow.explain.kit`); a method with needs takes receptive_field="column" but refuses
+"uniform" (no uniform baseline exists for gradients or LRP relevance).
 
 >>> import numpy as np
 >>> attn = np.array([[[[1.0, 0.0], [0.5, 0.5]]], [[[0.5, 0.5], [0.0, 1.0]]]])  # (2, 1, 2, 2)

@@ -15,6 +15,10 @@ can be read like rollout's; layers before ``start_layer`` are the identity (noth
 The CLS self-relevance C[0, 0] dominates row 0; ``cls_self`` picks what the authors' code does
 with it: "keep" (the matrices as computed; the fixture's numbers), "min" (the CVPR code sets
 C[0, 0] = min(C[0])), "zero" (the ICCV code sets it to 0).
+
+numpy in, numpy out, computed in float64. torch tensors are computed with torch on their own
+device (`attnflow.explain.torch_ops`): in their dtype promoted to at least float32, ∇A and R(A)
+converted to it; pass float64 tensors for float64. Same rules, same messages, same equations.
 """
 
 from __future__ import annotations
@@ -26,7 +30,16 @@ import numpy as np
 
 from attnflow.options import CLS_SELF
 
-from ._common import Prepared, aggregate_heads, as_numpy, check_heads, mix_residual, prepare, prepare_shape
+from ._common import (
+    Prepared,
+    aggregate_heads,
+    as_numpy,
+    check_heads,
+    is_torch,
+    mix_residual,
+    prepare,
+    prepare_shape,
+)
 
 __all__ = ["CLS_SELF", "chefer_generic", "chefer_lrp", "companion"]
 
@@ -119,6 +132,48 @@ def _compose(step: np.ndarray, valid: np.ndarray, start_layer: int, *, accumulat
     return out
 
 
+def _torch_maps(p: Any, step: Any, start: int, cls_self: str, *, accumulate: bool) -> Any:
+    """`_compose` then `_cls_self` in torch on step's device and dtype. step: (B, L, T, T)."""
+    import torch
+
+    out = torch.empty_like(step)
+    r = torch.diag_embed(p.valid.to(step.dtype))  # (B, T, T): I on the real positions
+    for layer in range(step.shape[1]):
+        if layer >= start:
+            r = r + step[:, layer] @ r if accumulate else step[:, layer] @ r  # (B, T, T)
+        out[:, layer] = r
+    if cls_self == "keep":
+        return out
+    if cls_self == "zero":
+        value = torch.zeros(out.shape[:2], dtype=out.dtype, device=out.device)
+    else:  # min over the real keys of row 0, itself included
+        value = out[:, :, 0, :].masked_fill(~p.valid[:, None, :], torch.inf).amin(dim=-1)  # (B, L)
+    out[:, :, 0, 0] = torch.where(p.valid[:, :1], value, 0.0)  # a padded position 0 stays 0
+    return out
+
+
+def _torch_weighted_heads(p: Any, grad: Any, other: Any, heads: Any) -> Any:
+    """Ā = agg_h[(∇A ⊙ X)⁺] per layer in torch: (B, L, H, T, T) -> (B, L, T, T)."""
+    from . import torch_ops
+
+    positive = (grad * other).clamp_min_(0.0)  # (B, L, H, T, T), padding 0
+    return torch_ops.aggregate_heads(torch_ops.TorchPrepared(positive, p.valid, p.batched, p.like), heads)
+
+
+def _torch_generic(p: Any, grad: Any, heads: Any, start: int, cls_self: str) -> Any:
+    """R(l) per layer from A and ∇A in torch: `_generic_maps` on p's device. -> (B, L, T, T)."""
+    step = _torch_weighted_heads(p, grad, p.attn, heads)  # (B, L, T, T)
+    return _torch_maps(p, step, start, cls_self, accumulate=True)
+
+
+def _torch_lrp(p: Any, relevance: Any, grad: Any, heads: Any, start: int, cls_self: str) -> Any:
+    """C(l) per layer from R(A) and ∇A in torch: `_lrp_maps` on p's device. -> (B, L, T, T)."""
+    from . import torch_ops
+
+    step = torch_ops.mix_residual(_torch_weighted_heads(p, grad, relevance, heads), p.valid, 0.5)
+    return _torch_maps(p, step, start, cls_self, accumulate=False)
+
+
 def chefer_generic(
     attn: Any,
     attn_grad: Any,
@@ -145,7 +200,19 @@ def chefer_generic(
     >>> attn = np.array([[a1], [a2]])  # (2 layers, 1 head, 2, 2)
     >>> chefer_generic(attn, np.ones_like(attn))[1].tolist()  # (I + A2)(I + A1)
     [[3.25, 0.75], [1.0, 3.0]]
+    >>> import torch  # torch in: computed on its device, float32 in, float32 out
+    >>> out = chefer_generic(torch.tensor(attn, dtype=torch.float32), torch.ones(2, 1, 2, 2))
+    >>> out.dtype, out[1].tolist()
+    (torch.float32, [[3.25, 0.75], [1.0, 3.0]])
     """
+    if is_torch(attn):
+        from . import torch_ops
+
+        t = torch_ops.prepare(attn, lengths=lengths, mask=mask)
+        check_heads(heads, t.attn.shape[2])
+        start = _check_options(start_layer, cls_self, t.attn.shape[1])
+        grad = torch_ops.companion(attn_grad, "attn_grad", t, "chefer_generic")
+        return t.to_output(_torch_generic(t, grad, heads, start, cls_self))
     p = prepare(attn, lengths=lengths, mask=mask)
     check_heads(heads, p.attn.shape[2])
     start = _check_options(start_layer, cls_self, p.attn.shape[1])
@@ -178,7 +245,10 @@ def _generic_maps(p: Prepared, grad: np.ndarray, heads: Any, start: int, cls_sel
 def _lrp_maps(
     p: Prepared, relevance: np.ndarray, grad: np.ndarray, heads: Any, start: int, cls_self: str
 ) -> np.ndarray:
-    """C(l) per layer from R(A) and ∇A (batched): (B, L, H, T, T) x 2 -> (B, L, T, T)."""
+    """C(l) per layer from R(A) and ∇A (batched): (B, L, H, T, T) x 2 -> (B, L, T, T); a torch
+    batch (the kit's, companions already on its device) is computed in torch."""
+    if is_torch(p.attn):
+        return _torch_lrp(p, relevance, grad, heads, start, cls_self)
     relevance, grad = _finite(relevance, "attn_relevance", p), _finite(grad, "attn_grad", p)
     # rownorm(.5 Ā + .5 I) = rownorm(I + Ā): the shared residual mix, identity on real positions only
     step = mix_residual(_weighted_heads(p, grad, relevance, heads), p.valid, 0.5)  # (B, L, T, T)
@@ -210,6 +280,18 @@ def chefer_lrp(
     >>> chefer_lrp(r, np.ones_like(r))[0].tolist()  # rownorm([[1, 0], [1, 1]])
     [[1.0, 0.0], [0.5, 0.5]]
     """
+    if is_torch(attn_relevance):
+        from . import torch_ops
+
+        t = torch_ops.prepare_shape(attn_relevance, "attn_relevance", lengths=lengths, mask=mask)
+        t = torch_ops.TorchPrepared(
+            t.attn.to(torch_ops.compute_dtype(attn_relevance)), t.valid, t.batched, t.like
+        )
+        check_heads(heads, t.attn.shape[2])
+        start = _check_options(start_layer, cls_self, t.attn.shape[1])
+        relevance = torch_ops.companion(attn_relevance, "attn_relevance", t, "chefer_lrp")
+        grad = torch_ops.companion(attn_grad, "attn_grad", t, "chefer_lrp")
+        return t.to_output(_torch_lrp(t, relevance, grad, heads, start, cls_self))
     p = _prepare_scores(attn_relevance, "attn_relevance", lengths=lengths, mask=mask)
     check_heads(heads, p.attn.shape[2])
     start = _check_options(start_layer, cls_self, p.attn.shape[1])

@@ -1,12 +1,14 @@
-"""The head-mixed methods on torch tensors, on the tensors' own device.
+"""The attention methods on torch tensors, on the tensors' own device.
 
-`raw_attention` and `attention_rollout` given a torch tensor compute here, with torch, where the
-tensor lives (a GPU included), instead of converting to CPU float64 numpy. The compute type is the
-input's promoted to at least float32: float16 / bfloat16 / float32 attentions are mixed in float32
-(head means accumulate in float32: rows of a softmax are off by ~1e-7 anyway), float64 attentions in
-float64 (the study's numbers). Pass ``attn.double()`` for float64. Results come back in the input's
-dtype and device; the same input rules as the numpy path, with the same messages. The streaming
-capture (`attnflow.stream`) mixes and normalises with the same functions.
+`raw_attention`, `attention_rollout`, both Chefer rules (`chefer_generic`, `chefer_lrp`), Grad-SAM
+and every method of the kit given a torch tensor compute with torch where the tensor lives (a GPU
+included), instead of converting to CPU float64 numpy. The compute type is the input's promoted to
+at least float32: float16 / bfloat16 / float32 attentions are computed in float32 (head means and
+the products across layers accumulate in float32: rows of a softmax are off by ~1e-7 anyway),
+float64 attentions in float64 (the study's numbers). Pass ``attn.double()`` (and float64
+companions) for float64. A companion (∇A, R(A)) is converted to attn's device and compute type.
+Results come back in the input's dtype and device; the same input rules as the numpy path, with the
+same messages. The streaming capture (`attnflow.stream`) mixes and normalises with the same functions.
 """
 
 from __future__ import annotations
@@ -16,9 +18,20 @@ from typing import Any
 
 import torch
 
-from ._common import HEAD_AGGREGATIONS, check_heads, check_residual, dtype_name, row_sum_tolerance
+from ._common import HEAD_AGGREGATIONS, as_numpy, check_heads, check_residual, dtype_name, row_sum_tolerance
 
-__all__ = ["TorchPrepared", "aggregate_heads", "mix_residual", "normalize_rows", "prepare", "rollout"]
+__all__ = [
+    "TorchPrepared",
+    "aggregate_heads",
+    "companion",
+    "compute_dtype",
+    "mix_residual",
+    "normalize_rows",
+    "prepare",
+    "prepare_shape",
+    "rollout",
+    "valid_positions",
+]
 
 
 @dataclass(frozen=True)
@@ -33,9 +46,15 @@ class TorchPrepared:
         return x.to(self.like.dtype if self.like.dtype.is_floating_point else x.dtype)
 
 
-def _valid(lengths: Any, mask: Any, batch: int, tokens: int, device: torch.device) -> torch.Tensor:
+def valid_positions(lengths: Any, mask: Any, batch: int, tokens: int, device: torch.device) -> torch.Tensor:
+    """(B, T) bool of real positions on `device` from `lengths` (B,) or a boolean `mask` (B, T)."""
     if lengths is not None and mask is not None:
         raise ValueError("give either lengths or mask, not both")
+    for name, given in (("lengths", lengths), ("mask", mask)):
+        if isinstance(given, torch.Tensor) and given.device.type == "meta":
+            raise ValueError(
+                f"{name} is on the 'meta' device: a tensor with a shape but no values; load the real weights"
+            )
     if lengths is not None:
         lens = torch.as_tensor(lengths, device=device)
         if lens.shape != (batch,):
@@ -63,35 +82,55 @@ def _valid(lengths: Any, mask: Any, batch: int, tokens: int, device: torch.devic
     return torch.ones(batch, tokens, dtype=torch.bool, device=device)
 
 
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The type a tensor is computed in: its own promoted to at least float32 (integers: float64)."""
+    return torch.promote_types(x.dtype, torch.float32) if x.is_floating_point() else torch.float64
+
+
+def prepare_shape(x: torch.Tensor, name: str, *, lengths: Any = None, mask: Any = None) -> TorchPrepared:
+    """The shape rules of the numpy `prepare_shape` for an attention-shaped tensor of any real values
+    (attn, R(A), ∇A), with the same messages: 4 dims [layer, head, query, key] or 5 dims [batch, ...];
+    lengths / mask only with a batch axis; query == key; no empty axis. Values are not looked at:
+    the result holds x with a batch axis, detached, as given (not yet in the compute type)."""
+    if x.device.type == "meta":
+        raise ValueError(
+            f"{name} is on the 'meta' device: a tensor with a shape but no values; load the real weights"
+        )
+    if x.is_complex():
+        raise ValueError(f"{name} must hold real numbers, got dtype {x.dtype}")
+    if x.ndim not in (4, 5):
+        raise ValueError(
+            f"{name} must have 4 dims [layer, head, query, key] or 5 dims [batch, layer, head, query, key], "
+            f"got shape {tuple(x.shape)}"
+        )
+    batched = x.ndim == 5
+    if not batched and (lengths is not None or mask is not None):
+        raise ValueError("lengths / mask need a batched input [batch, layer, head, query, key]")
+    b = x if batched else x[None]
+    if b.shape[-1] != b.shape[-2]:
+        raise ValueError(f"{name} must be square over [query, key], got {b.shape[-2]} x {b.shape[-1]}")
+    if min(b.shape) == 0:
+        raise ValueError(f"{name} has an empty axis: shape {tuple(b.shape)}")
+    valid = valid_positions(lengths, mask, b.shape[0], b.shape[-1], b.device)
+    return TorchPrepared(attn=b.detach(), valid=valid, batched=batched, like=x)
+
+
+def _zero_padding(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Rows and columns of padded positions set to 0. x: (B, L, H, T, T), valid: (B, T)."""
+    if valid.all():
+        return x
+    pair = valid[:, None, None, :, None] & valid[:, None, None, None, :]  # (B, 1, 1, T, T)
+    return x.masked_fill(~pair, 0.0)
+
+
 def prepare(
     attn: torch.Tensor, *, lengths: Any = None, mask: Any = None, renormalize: bool = False
 ) -> TorchPrepared:
     """The rules of `attnflow.explain`'s numpy `prepare`, checked in torch on attn's device."""
-    if attn.device.type == "meta":
-        raise ValueError(
-            "attn is on the 'meta' device: a tensor with a shape but no values; load the real weights"
-        )
-    if attn.is_complex():
-        raise ValueError(f"attn must hold real numbers, got dtype {attn.dtype}")
-    if attn.ndim not in (4, 5):
-        raise ValueError(
-            f"attn must have 4 dims [layer, head, query, key] or 5 dims [batch, layer, head, query, key], "
-            f"got shape {tuple(attn.shape)}"
-        )
-    batched = attn.ndim == 5
-    if not batched and (lengths is not None or mask is not None):
-        raise ValueError("lengths / mask need a batched input [batch, layer, head, query, key]")
-    x = attn if batched else attn[None]
-    if x.shape[-1] != x.shape[-2]:
-        raise ValueError(f"attn must be square over [query, key], got {x.shape[-2]} x {x.shape[-1]}")
-    if min(x.shape) == 0:
-        raise ValueError(f"attn has an empty axis: shape {tuple(x.shape)}")
-    dtype = torch.promote_types(x.dtype, torch.float32) if x.is_floating_point() else torch.float64
-    valid = _valid(lengths, mask, x.shape[0], x.shape[-1], x.device)
-    x = x.detach().to(dtype)
-    if not valid.all():
-        pair = valid[:, None, None, :, None] & valid[:, None, None, None, :]  # (B, 1, 1, T, T)
-        x = x.masked_fill(~pair, 0.0)
+    shaped = prepare_shape(attn, "attn", lengths=lengths, mask=mask)
+    valid = shaped.valid
+    dtype = compute_dtype(attn)
+    x = _zero_padding(shaped.attn.to(dtype), valid)
     sums = x.sum(dim=-1)  # (B, L, H, T): NaN / inf anywhere in a row makes its sum non-finite
     if not torch.isfinite(sums).all() and not torch.isfinite(x).all():
         raise ValueError("attn contains NaN or inf")
@@ -110,7 +149,26 @@ def prepare(
             )
     else:
         x = normalize_rows(x)
-    return TorchPrepared(attn=x, valid=valid, batched=batched, like=attn)
+    return TorchPrepared(attn=x, valid=valid, batched=shaped.batched, like=attn)
+
+
+def companion(x: Any, name: str, p: TorchPrepared, method: str) -> torch.Tensor:
+    """An input shaped like p.attn (∇A, R(A)) on p's device in p's compute type, padded rows and
+    columns 0, finite on the real ones; the numpy `companion`'s rules and messages."""
+    if x is None:
+        raise ValueError(f"{method} needs {name}, shaped like attn (see attnflow.lrp.lrp_relevance)")
+    # an array-like goes through the numpy checks (real numbers, no masked array), then to the device
+    t = x if isinstance(x, torch.Tensor) else torch.tensor(as_numpy(x, name))
+    if t.is_complex():
+        raise ValueError(f"{name} must hold real numbers, got dtype {t.dtype}")
+    arr = t if p.batched else t[None]
+    if arr.shape != p.attn.shape:
+        shape = tuple(p.attn.shape if p.batched else p.attn.shape[1:])
+        raise ValueError(f"{name} must have the shape of attn {shape}, got {tuple(t.shape)}")
+    out = _zero_padding(arr.detach().to(device=p.attn.device, dtype=p.attn.dtype), p.valid)
+    if not torch.isfinite(out).all():
+        raise ValueError(f"{name} contains NaN or inf")
+    return out
 
 
 def normalize_rows(x: torch.Tensor, *, inplace: bool = False) -> torch.Tensor:

@@ -78,11 +78,18 @@ class _Run:
 
     prompt_ids: list[int]
     generated_ids: list[int]
-    attn: np.ndarray  # (L, H, T, T) float64, T = P + n - 1
+    attn: np.ndarray | None  # (L, H, T, T) float64, T = P + n - 1; None on the stream
     logprobs: np.ndarray  # (n,)
     gradient: dict[str, dict[str, np.ndarray]]  # method -> sink mode -> (n, L, T), row P + t - 1, target g_t
     generate_kwargs: dict[str, Any]
     model_maps: dict[str, np.ndarray] = field(default_factory=dict)  # model-level method -> (n, L, T)
+    # method -> sink mode -> (n, L, T), like `gradient`, computed on the stream
+    streamed: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> int:
+        """T = P + n - 1, the teacher-forced sequence's length."""
+        return len(self.prompt_ids) + len(self.generated_ids) - 1
 
 
 def _check_options(methods: Sequence[str], over: str, residual: float, grad_batch_size: int) -> list[str]:
@@ -193,7 +200,10 @@ def _run(
     generate_kwargs: Mapping[str, Any] | None,
     seed: int | None,
     completion_ids: Sequence[int] | None,
+    capture: bool = True,
 ) -> _Run:
+    """The generation and, with `capture`, its teacher-forced forward's attentions (else the
+    stream computes the maps: `_stream`)."""
     from attnflow.hf import max_input_tokens
 
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -211,8 +221,59 @@ def _run(
         generated, used = [int(i) for i in completion_ids], {"completion_ids": "given"}
         if not generated:
             raise ValueError("completion_ids is empty")
+    if not capture:
+        return _Run(prompt_ids, generated, None, np.zeros(0), {}, used)
     attn, logprobs = _teacher_forced(model, prompt_ids, generated)
     return _Run(prompt_ids, generated, attn, logprobs, {}, used)
+
+
+def _stream(
+    model: Any, run: _Run, methods: list[str], modes: list[str], sink_positions: Any, threshold: float,
+    min_rows: int, scope: str, residual: float,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Fill `run.streamed` and `run.logprobs` from streamed teacher-forced forwards (`attnflow.stream`:
+    no (L, H, T, T) attention held), one per sink mode; the first also adds up the sink scores.
+    Returns (the sink mask (L, H, T), the per-head sinks (L, H, T)), as `_sink_mask` and
+    `find_sinks(scope="head")` give them on the captured attentions."""
+    import torch
+
+    from attnflow.devices import model_device
+    from attnflow.explain.causal import sink_key_mask, sinks_from_scores
+    from attnflow.stream import stream_maps
+
+    device = model_device(model)
+    p, n = len(run.prompt_ids), len(run.generated_ids)
+    seq = torch.tensor([run.prompt_ids + run.generated_ids[:-1]], device=device)  # (1, T)
+    batch = {"input_ids": seq, "attention_mask": torch.ones_like(seq)}
+    rows = torch.arange(p - 1, p - 1 + n, device=device)[None]  # (1, n): row P + t - 1 predicts g_t
+
+    def maps(mode: str, sinks: np.ndarray | None, names: list[str], scores: bool = False) -> dict[str, Any]:
+        got = stream_maps(model, batch, rows, names, residual=residual, dtype=torch.float64,
+                          sinks=None if sinks is None else sinks[None], sink_mode=mode, sink_scores=scores)  # fmt: skip
+        for name in names:  # (1, L, n, T) -> (n, L, T)
+            run.streamed.setdefault(name, {})[mode] = got[name][0].transpose(0, 1).cpu().numpy()
+        return got
+
+    # the first forward: the sink scores, the logits, and the plain maps when they are asked for
+    got = maps("none", None, methods if "none" in modes else [], scores=True)
+    scores, seen, _ = got["sink_scores"]
+    if isinstance(sink_positions, str):
+        if sink_positions != "auto":
+            raise ValueError(f"sink_positions must be 'auto', positions or a mask, got {sink_positions!r}")
+        mask = sinks_from_scores(scores, seen, threshold=threshold, min_rows=min_rows, scope=scope)[0]
+    else:
+        _, layers, heads, tokens = scores.shape
+        mask = sink_key_mask(
+            sink_positions, (1, layers, heads, tokens, tokens), np.ones((1, tokens), dtype=bool)
+        )[0]
+    head_sinks = sinks_from_scores(scores, seen, threshold=threshold, min_rows=min_rows, scope="head")[0]
+    for mode in modes:
+        if mode != "none":
+            maps(mode, mask, methods)  # one forward per sink handling
+    targets = torch.tensor(run.generated_ids, device=device)
+    logp = torch.log_softmax(got["logits"][0].double(), dim=-1)  # (n, V) at the rows
+    run.logprobs = logp.gather(1, targets[:, None])[:, 0].cpu().numpy()
+    return mask, head_sinks
 
 
 # --------------------------------------------------------------------------------------------------
@@ -251,12 +312,14 @@ def _explanation(
     p, n = len(run.prompt_ids), len(run.generated_ids)
     rows = list(range(p - 1, p - 1 + n))
     mode = sink_mode(sinks)
-    ncols = p if over == "prompt" else run.attn.shape[-1]
+    ncols = p if over == "prompt" else run.tokens
     maps: dict[str, np.ndarray] = {}
     coverage: dict[str, np.ndarray] = {}
     first: dict[str, np.ndarray] = {}
     for name in methods:
-        if name in run.gradient:
+        if name in run.streamed:
+            full = run.streamed[name][mode]  # (n, L, T)
+        elif name in run.gradient:
             full = run.gradient[name][mode]  # (n, L, T)
         elif name in run.model_maps:
             full = run.model_maps[name]  # (n, L, T); the same under every sink / receptive-field option
@@ -326,6 +389,7 @@ def explain_generation(
     seed: int | None = None,
     completion_ids: Sequence[int] | None = None,
     grad_batch_size: int = GRAD_BATCH_SIZE,
+    stream: bool | None = None,
 ) -> GenerationExplanation:
     """Generate from `prompt`, then explain every generated token over the prompt (Deb 2021's M).
 
@@ -344,7 +408,8 @@ def explain_generation(
     settings (default greedy: do_sample=False); seed seeds torch before generating.
     completion_ids: explain this completion instead of generating one. residual / heads: as in
     `attnflow.explain.EXPLAINERS`. normalize: shares over the shown columns (`coverage` keeps
-    the mass they had).
+    the mass they had). stream: as in `explain_generation_grid` (None: raw / rollout / flow without a
+    receptive field are computed on the stream, so long prompts need no (L, H, T, T) attentions).
     """
     names = _check_options(methods, over, residual, grad_batch_size)
     sink_mode(sinks)
@@ -355,7 +420,21 @@ def explain_generation(
         receptive_fields=(receptive_field,), sink_positions=sink_positions, sink_threshold=sink_threshold,
         sink_min_rows=sink_min_rows, sink_scope=sink_scope, over=over, residual=residual, heads=heads, normalize=normalize,
         generate_kwargs=generate_kwargs, seed=seed, completion_ids=completion_ids, grad_batch_size=grad_batch_size,
+        stream=stream,
     )[(sinks, receptive_field)]  # fmt: skip
+
+
+def _why_not_streamed(methods: Sequence[str], fields: Sequence[str], heads: str | int) -> str:
+    """Why the stream cannot compute these maps ("" when it can)."""
+    from attnflow.stream import STREAM_METHODS
+
+    if other := [m for m in methods if m not in STREAM_METHODS]:
+        return f"the stream computes {', '.join(STREAM_METHODS)}, not {', '.join(other)}"
+    if heads != "mean":
+        return f"the stream mixes heads by their mean, not heads={heads!r}"
+    if list(fields) != ["none"]:
+        return "the stream has no receptive-field normalisation (receptive_field='none' only)"
+    return ""
 
 
 def explain_generation_grid(
@@ -379,11 +458,17 @@ def explain_generation_grid(
     seed: int | None = None,
     completion_ids: Sequence[int] | None = None,
     grad_batch_size: int = GRAD_BATCH_SIZE,
+    stream: bool | None = None,
 ) -> dict[tuple[str, str], GenerationExplanation]:
     """`explain_generation` for every (sinks, receptive_field) pair, from ONE generation and forward.
 
     Returns {(sinks, receptive_field): GenerationExplanation}; the completion, the attentions and
     the chefer gradients are shared (chefer maps depend on the sink option only).
+    stream: compute the maps inside teacher-forced forwards (`attnflow.stream`, float64; one forward
+    per sink mode, the first also finding the sinks) instead of capturing (L, H, T, T) attentions:
+    memory O(L n T + T²) instead of O(L H T²), for long prompts. None (default) streams whenever it
+    can: every method one of raw / rollout / flow, heads="mean", receptive_fields=("none",).
+    The maps equal the captured path's to ~1e-12.
     """
     names = _check_options(methods, over, residual, grad_batch_size)
     sinks = list(dict.fromkeys([sinks] if isinstance(sinks, str) else sinks))
@@ -398,15 +483,24 @@ def explain_generation_grid(
     for f in fields:
         if f not in RECEPTIVE_FIELDS:
             raise ValueError(f"receptive_field must be one of {RECEPTIVE_FIELDS}, got {f!r}")
+    why_not = _why_not_streamed(names, fields, heads)
+    if stream and why_not:
+        raise ValueError(f"stream=True cannot compute this explanation: {why_not}")
+    streamed = stream is not False and not why_not
     run = _run(
         model, tokenizer, prompt, max_new_tokens=max_new_tokens, generate_kwargs=generate_kwargs, seed=seed,
-        completion_ids=completion_ids,
+        completion_ids=completion_ids, capture=not streamed,
     )  # fmt: skip
-    mask = _sink_mask(run, sink_positions, sink_threshold, sink_min_rows, sink_scope)
-    head_sinks = np.asarray(
-        find_sinks(run.attn, threshold=sink_threshold, min_rows=sink_min_rows, scope="head", causal=True),
-        dtype=bool,
-    )
+    if streamed:
+        modes = list(dict.fromkeys(sink_mode(s) for s in sinks))
+        mask, head_sinks = _stream(model, run, names, modes, sink_positions, sink_threshold, sink_min_rows,
+                                   sink_scope, residual)  # fmt: skip
+    else:
+        mask = _sink_mask(run, sink_positions, sink_threshold, sink_min_rows, sink_scope)
+        head_sinks = np.asarray(
+            find_sinks(run.attn, threshold=sink_threshold, min_rows=sink_min_rows, scope="head", causal=True),
+            dtype=bool,
+        )
     needing_grad = [m for m in names if METHODS[m].kind == "attention" and METHODS[m].needs]
     if needing_grad:
         modes = list(dict.fromkeys(sink_mode(s) for s in sinks))

@@ -13,7 +13,8 @@ Cost: one forward and one backward, as Chefer's generic rule.
 
 Written on the method kit (`attnflow.explain.kit`): the kit checks `residual` (Grad-SAM has none),
 `heads` and `rows`, fetches ∇A by its name, pads and hands the maps back in attn's kind; this
-module holds the algorithm and its record only.
+module holds the algorithm and its record only. numpy in: float64 numpy; torch in: torch on the
+tensors' device, in attn's dtype promoted to at least float32 (float64 tensors for float64).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def grad_sam_map(batch: Batch, *, heads: str | int, attn_grad: np.ndarray) -> np
     >>> grad_sam_map(a, attn_grad=g).tolist()
     [[[0.5, 0.0], [0.1, 1.6]]]
     """
-    weighted = np.maximum(attn_grad, 0.0) * batch.heads()  # (B, L, H, T, T), padding 0
+    # .clip(min=0.0): ReLU in numpy and in torch alike, so torch tensors stay on their device
+    weighted = attn_grad.clip(min=0.0) * batch.heads()  # (B, L, H, T, T), padding 0
     return batch.aggregate(weighted, heads)  # (B, L, T, T)
 
 

@@ -109,11 +109,20 @@ def test_the_receptive_field_of_a_new_method_is_that_of_the_built_in_raw_attenti
         np.testing.assert_allclose(ours, 2 * raw, atol=1e-12)
 
 
-def test_a_method_with_needs_has_no_receptive_field():
+def test_a_method_with_needs_has_no_uniform_receptive_field():
+    # its baseline would be the method on uniform attention, for which the model gave no gradient
     rng = np.random.default_rng(6)
     a = causal_attention(rng)
-    with pytest.raises(ValueError, match="takes no receptive_field: it needs attn_grad"):
-        grad_weighted(a, attn_grad=rng.standard_normal(a.shape), receptive_field="uniform")
+    with pytest.raises(ValueError, match="takes no receptive_field='uniform': it needs attn_grad"):
+        grad_weighted(a, attn_grad=rng.random(a.shape), receptive_field="uniform")
+
+
+def test_the_column_receptive_field_refuses_signed_maps():
+    # a column's mean over the rows that see it is no scale for negative evidence
+    rng = np.random.default_rng(7)
+    a = causal_attention(rng)
+    with pytest.raises(ValueError, match="negative values"):
+        grad_weighted(a, attn_grad=-rng.random(a.shape), receptive_field="column")
 
 
 def test_the_helpers_check_and_take_rows():

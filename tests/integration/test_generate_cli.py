@@ -61,7 +61,9 @@ def test_generate_prints_the_table_and_writes_every_format(tiny, tmp_path, capsy
     assert e.maps["flow"].shape == (4, 7, 2) and e.options["receptive_field"] == "uniform"
     data = json.loads((out / "generate.json").read_text(encoding="utf-8"))
     assert (data["format"], data["kind"]) == ("attnflow.explanations", "generation")  # one versioned format
-    np.testing.assert_allclose(np.asarray(data["records"][0]["maps"]["rollout"]), e.maps["rollout"], atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(data["records"][0]["maps"]["rollout"]), e.maps["rollout"], atol=1e-6
+    )
 
 
 def test_several_prompts_get_numbered_pictures_and_one_page(tiny, tmp_path, capsys):

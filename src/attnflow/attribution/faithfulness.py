@@ -33,6 +33,7 @@ from attnflow.metrics.faithfulness import (
     perturbation_auc,
 )
 
+from ._model import _eval_mode, _logits
 from .perturbation import CHEFER_FRACTIONS, FERRET_FRACTIONS, perturbation_curve, random_scores
 
 __all__ = [
@@ -65,6 +66,39 @@ def _scores(protocol: str, curve: dict[str, np.ndarray]) -> dict[str, np.ndarray
         f"auc_{protocol}": perturbation_auc(curve["prob"], q),
         f"auc_{protocol}_accuracy": perturbation_auc(curve["correct"].astype(np.float64), q),
     }
+
+
+class _OnceModel:
+    """``model`` called at most once per distinct input: the logits of every input row already
+    seen are reused (a clean sample recurs in each protocol and ranking; deleting everything, or
+    the same top tokens, gives the same input for many rankings). An input row is its real part:
+    ids and mask up to its last real token (padding beyond it changes nothing the model sees)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.seen: dict[tuple[bytes, bytes], torch.Tensor] = {}
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        mask = attention_mask.cpu()
+        last = torch.where(mask != 0, torch.arange(mask.shape[1]), -1).amax(dim=1) + 1  # (c,)
+        ids = input_ids.cpu()
+        keys = [
+            (ids[r, :n].numpy().tobytes(), mask[r, :n].numpy().tobytes()) for r, n in enumerate(last.tolist())
+        ]
+        first: dict[tuple[bytes, bytes], int] = {}  # each unseen input once, at its first row
+        for r, key in enumerate(keys):
+            if key not in self.seen:
+                first.setdefault(key, r)
+        new = list(first.values())
+        if new:
+            at = torch.as_tensor(new, device=input_ids.device)
+            with _eval_mode(self.model), torch.no_grad():
+                logits = _logits(
+                    self.model(input_ids=input_ids[at], attention_mask=attention_mask[at])
+                )  # (n, C)
+            for row, r in enumerate(new):
+                self.seen[keys[r]] = logits[row]
+        return torch.stack([self.seen[key] for key in keys])  # (c, C)
 
 
 def faithfulness_samples(
@@ -108,6 +142,7 @@ def faithfulness_samples(
     for idx in tqdm(batches, desc="faithfulness", disable=not progress, leave=False):
         ids, mask = pad_batch([rows[i] for i in idx], pad_id)
         ids, mask = ids.to(device), mask.to(device)
+        once = _OnceModel(model)  # the batch's clean and perturbed inputs recur across protocols and rankings
         for key in keys:
             if key == (RANDOM, None):
                 ranking = random_scores(mask, seed=random_seed, sample_index=ids_all[idx])
@@ -119,7 +154,7 @@ def faithfulness_samples(
                     )
             for protocol, (mode, fractions, rounding) in PROTOCOLS.items():
                 curve = perturbation_curve(
-                    model, ids, mask, ranking, mode=mode, fractions=fractions, rounding=rounding,
+                    once, ids, mask, ranking, mode=mode, fractions=fractions, rounding=rounding,
                     replace_id=replace_id, pad_id=pad_id, keep_positions=keep_positions, batch_size=batch_size,
                 )  # fmt: skip
                 for metric, values in _scores(protocol, curve).items():

@@ -122,11 +122,11 @@ def _wrap(text: str, width: int = 100) -> str:
     return "\n".join([*lines, line])
 
 
-def with_paragraph(text: str, body: str, where: Path) -> str:
+def with_paragraph(text: str, body: str, where: Path, markers: tuple[str, str] = MARKERS) -> str:
     """``text`` with the body between the markers replaced (ValueError unless they appear once)."""
-    pattern = re.compile(re.escape(MARKERS[0]) + ".*?" + re.escape(MARKERS[1]), re.S)
+    pattern = re.compile(re.escape(markers[0]) + ".*?" + re.escape(markers[1]), re.S)
     if len(pattern.findall(text)) != 1:
         raise ValueError(
-            f"{where}: the markers {MARKERS[0].strip()} ... {MARKERS[1]} must appear exactly once"
+            f"{where}: the markers {markers[0].strip()} ... {markers[1]} must appear exactly once"
         )
-    return pattern.sub(lambda _: MARKERS[0] + body + "\n" + MARKERS[1], text)
+    return pattern.sub(lambda _: markers[0] + body + "\n" + markers[1], text)

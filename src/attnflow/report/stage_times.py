@@ -1,0 +1,96 @@
+"""How long each stage of the study took, from the wall time its MLflow run logged.
+
+Every stage run logs ``wall_time_s`` (:func:`attnflow.tracking.stage_run`): the seconds from the
+run's start to the end of the stage's body, on the machine that ran it. For one study config
+(its ``config_hash`` tag) the latest finished run of each ``stage@task`` is the one ``dvc repro``
+last ran; :func:`stage_times` returns them as a tidy table, one row per stage run::
+
+    stage, task, seconds, commit
+
+``task`` is empty for the stages that run once (``report``, ``convert_lm``, ...). The docs' table
+(:func:`markdown`) puts one stage per line, one column per task, and the totals of the training
+and of every other stage under it. ``python -m pipelines.stage_times`` writes
+``reports/stage_times.csv`` from the store and the table between ``<!-- results:stage_times -->``
+and ``<!-- /results:stage_times -->`` in ``docs/results.md`` from that file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["COLUMNS", "MARKERS", "TRAINING", "markdown", "stage_times", "totals"]
+
+COLUMNS = ("stage", "task", "seconds", "commit")
+MARKERS = ("<!-- results:stage_times -->\n", "<!-- /results:stage_times -->")
+TRAINING = ("train",)  # the stages that fit models; every other stage is "non-training"
+
+
+def stage_times(runs: Sequence[Any], order: Sequence[str] = ()) -> pd.DataFrame:
+    """The latest finished run of each (stage, task) among ``runs`` (MLflow ``Run`` objects of one
+    config), with its wall time and commit, in ``order`` of stages (then by name)."""
+    latest: dict[tuple[str, str], Any] = {}
+    for run in runs:
+        tags, metrics = run.data.tags, run.data.metrics
+        if run.info.status != "FINISHED" or "stage" not in tags or "wall_time_s" not in metrics:
+            continue
+        key = (tags["stage"], tags.get("dataset") or "")
+        if key not in latest or run.info.end_time > latest[key].info.end_time:
+            latest[key] = run
+    rank = {name: i for i, name in enumerate(order)}
+    rows = [
+        {
+            "stage": stage,
+            "task": task,
+            "seconds": round(float(run.data.metrics["wall_time_s"]), 1),
+            "commit": (run.data.tags.get("git_commit") or "")[:12],
+        }
+        for (stage, task), run in latest.items()
+    ]
+    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    table["_rank"] = table["stage"].map(lambda s: rank.get(s, len(rank)))
+    return table.sort_values(["_rank", "stage", "task"]).drop(columns="_rank").reset_index(drop=True)
+
+
+def totals(table: pd.DataFrame) -> dict[str, float]:
+    """Seconds of the training stages and of every other stage, summed over tasks."""
+    training = table["stage"].isin(TRAINING)
+    return {
+        "training": round(float(table.loc[training, "seconds"].sum()), 1),
+        "non-training": round(float(table.loc[~training, "seconds"].sum()), 1),
+    }
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """The docs' table: a stage per line, a column per task ("" = the stages that run once)."""
+    if table.empty:
+        raise ValueError("no stage times: run `dvc repro` first (with tracking enabled)")
+    tasks = sorted(t for t in table["task"].unique() if t)
+    head = ["stage", *tasks, "once"] if (table["task"] == "").any() else ["stage", *tasks]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for stage, rows in table.groupby("stage", sort=False):
+        got = dict(zip(rows["task"], rows["seconds"], strict=True))
+        cells = [_duration(got[t]) if t in got else "" for t in tasks]
+        if "once" in head:
+            cells.append(_duration(got[""]) if "" in got else "")
+        lines.append(f"| {stage} | " + " | ".join(cells) + " |")
+    total = totals(table)
+    by_commit = {
+        commit or "not recorded": ", ".join(dict.fromkeys(rows["stage"]))
+        for commit, rows in table.groupby("commit", sort=False)
+    }
+    code = "; ".join(f"{commit}: {stages}" for commit, stages in by_commit.items())
+    return "\n".join(
+        [
+            *lines,
+            "",
+            f"Training: {_duration(total['training'])}; every other stage: {_duration(total['non-training'])}. "
+            f"Code (commit: stages): {code}.",
+        ]
+    )

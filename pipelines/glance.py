@@ -17,6 +17,7 @@ import sys
 
 from attnflow.paths import StudyPaths
 from attnflow.report.glance import facts, paragraph, with_paragraph
+from attnflow.sweep import code_state
 from pipelines import _config
 
 README = _config.ROOT / "README.md"
@@ -29,7 +30,10 @@ def main() -> int:
     cfg = _config.load(_config.ROOT / _config.PARAMS)
     paths = StudyPaths.from_config(cfg.paths, root=_config.ROOT)
     text = README.read_text(encoding="utf-8")
-    new = with_paragraph(text, paragraph(facts(paths, int(cfg.seed))), README)
+    allow = bool(cfg.report.allow_mixed_code)
+    new = with_paragraph(
+        text, paragraph(facts(paths, int(cfg.seed), code_state(_config.ROOT), allow_mixed_code=allow)), README
+    )
     if new == text:
         return 0
     if args.check:

@@ -8,6 +8,7 @@ import pytest
 
 from attnflow.paths import StudyPaths
 from attnflow.report import glance
+from attnflow.sweep import code_state
 from pipelines import _config
 
 ROOT = _config.ROOT
@@ -16,7 +17,10 @@ ROOT = _config.ROOT
 @pytest.fixture(scope="module")
 def facts():
     cfg = _config.load(ROOT / _config.PARAMS)
-    return glance.facts(StudyPaths.from_config(cfg.paths, root=ROOT), int(cfg.seed))
+    allow = bool(cfg.report.allow_mixed_code)
+    return glance.facts(
+        StudyPaths.from_config(cfg.paths, root=ROOT), int(cfg.seed), code_state(ROOT), allow_mixed_code=allow
+    )
 
 
 def test_the_readme_paragraph_is_the_committed_results(facts):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from attnflow.report.build import read_sweep_table, with_main_run
 from attnflow.report.inputs import load_task
 from attnflow.report.paper import PAPER_ACCURACY
 from attnflow.report.sections.claims import TOLERANCE, check_claims, lookup, seed_cells, target_cells
+from attnflow.report.sections.provenance import left_out
 from attnflow.report.tables import EXPLAINER_LABELS
 
 MARKERS = ("<!-- results:glance -->\n", "<!-- /results:glance -->")
@@ -34,17 +36,26 @@ def _jobs(path: Path) -> list[dict[str, Any]]:
     return [j for j in read_json(path)["jobs"] if j["status"] == "finished"] if path.is_file() else []
 
 
-def facts(paths: StudyPaths, seed: int) -> dict[str, Any]:
-    """Every figure of the paragraph, read from the study's outputs under ``paths``."""
+def facts(
+    paths: StudyPaths, seed: int, code: Mapping[str, Any] | None = None, *, allow_mixed_code: bool = False
+) -> dict[str, Any]:
+    """Every figure of the paragraph, read from the study's outputs under ``paths``. ``code``: this
+    checkout's code (`attnflow.sweep.code_state`); as in the report, seed-sweep jobs of other code
+    are left out (`provenance.left_out`), so the paragraph pools the seeds the report pools."""
     inputs = {task: load_task(task, paths) for task in ("agreement", "sst2")}
     main = read_json(paths.train_metrics("agreement"))
-    sweep = _jobs(paths.sweep_jobs)
+    skip = left_out(code, _jobs(paths.sweep_jobs), allow=allow_mixed_code)
+    sweep = [j for j in _jobs(paths.sweep_jobs) if int(j["seed"]) not in skip]
     curve = {
         j["accuracy"]["agreement"]["n_train"]: j["accuracy"]["agreement"]["accuracy"]
         for j in _jobs(paths.recipe_jobs)
     }
     curve[main["n_train"]] = main["accuracy"]  # the main run is the curve's last point
-    stacked = with_main_run(read_sweep_table(paths.sweep), inputs, seed)
+    table = read_sweep_table(paths.sweep)
+    if table is not None and skip:
+        table = table[~table["seed"].isin(list(skip))]
+        table = table if not table.empty else None
+    stacked = with_main_run(table, inputs, seed)
     if stacked is None:  # no sweep: this run alone
         stacked = inputs["agreement"].table.assign(seed=seed, task="agreement")
     cells, seeds = seed_cells(stacked)

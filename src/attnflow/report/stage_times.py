@@ -26,6 +26,7 @@ __all__ = ["COLUMNS", "MARKERS", "TRAINING", "markdown", "stage_times", "totals"
 COLUMNS = ("stage", "task", "seconds", "commit")
 MARKERS = ("<!-- results:stage_times -->\n", "<!-- /results:stage_times -->")
 TRAINING = ("train",)  # the stages that fit models; every other stage is "non-training"
+ONCE = "all"  # the dataset tag of the stages that run once (attnflow.tracking.stage_run)
 
 
 def stage_times(runs: Sequence[Any], order: Sequence[str] = ()) -> pd.DataFrame:
@@ -36,7 +37,8 @@ def stage_times(runs: Sequence[Any], order: Sequence[str] = ()) -> pd.DataFrame:
         tags, metrics = run.data.tags, run.data.metrics
         if run.info.status != "FINISHED" or "stage" not in tags or "wall_time_s" not in metrics:
             continue
-        key = (tags["stage"], tags.get("dataset") or "")
+        dataset = tags.get("dataset") or ""
+        key = (tags["stage"], "" if dataset == ONCE else dataset)
         if key not in latest or run.info.end_time > latest[key].info.end_time:
             latest[key] = run
     rank = {name: i for i, name in enumerate(order)}

@@ -26,7 +26,7 @@ def test_the_latest_finished_run_of_each_stage_and_task_counts():
         run("explain", "sst2", 41.24, end=5),  # the re-run
         run("explain", "sst2", 9.0, end=9, status="FAILED"),  # a failed run has no result
         run("train", "sst2", 600.0, end=2),
-        run("report", None, 12.0, end=7),
+        run("report", "all", 12.0, end=7),  # a stage that runs once
         SimpleNamespace(  # the parent run: no stage tag
             info=SimpleNamespace(status="FINISHED", end_time=8), data=SimpleNamespace(tags={}, metrics={})
         ),

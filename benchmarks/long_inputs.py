@@ -179,10 +179,11 @@ def worker(kind: str, size: int, path: str, device: str) -> dict:
     return out
 
 
-def run_worker(kind: str, size: int, path: str, device: str, cap_gb: float) -> dict:
-    """`worker` in a fresh process, stopped when its resident set passes cap_gb."""
-    cmd = [sys.executable, __file__, "--worker", kind, str(size), path, "--device", device]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+def watch(cmd: list[str], cap_gb: float, env: dict | None = None) -> tuple[str, int, int, bool]:
+    """Run `cmd`, polling its resident set every 10 ms and killing it past cap_gb: (stdout, exit
+    status, process peak in bytes, stopped over the cap)."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
     # every block above 64 KiB is mapped on its own and returned on free (no dynamic threshold), so
     # the resident set follows live memory in both paths instead of the allocator's retained heap
     env["MALLOC_MMAP_THRESHOLD_"] = str(64 * 1024)
@@ -199,11 +200,17 @@ def run_worker(kind: str, size: int, path: str, device: str, cap_gb: float) -> d
             proc.kill()
             over = True
         time.sleep(0.01)
-    out = proc.stdout.read()
+    return proc.stdout.read(), proc.returncode, peak, over
+
+
+def run_worker(kind: str, size: int, path: str, device: str, cap_gb: float) -> dict:
+    """`worker` in a fresh process, stopped when its resident set passes cap_gb."""
+    cmd = [sys.executable, __file__, "--worker", kind, str(size), path, "--device", device]
+    out, returncode, peak, over = watch(cmd, cap_gb)
     if over:
         return {"kind": kind, "size": size, "path": path, "device": device, "over_cap_gb": cap_gb}
-    if proc.returncode != 0:
-        return {"kind": kind, "size": size, "path": path, "device": device, "error": proc.returncode}
+    if returncode != 0:
+        return {"kind": kind, "size": size, "path": path, "device": device, "error": returncode}
     result = json.loads(out.strip().splitlines()[-1])
     result["process_peak_bytes"] = peak
     return result

@@ -22,13 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from long_inputs import PAGE, Peak, _smollm2
+from long_inputs import Peak, _smollm2, watch
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "long_generation.json"
@@ -69,27 +67,12 @@ def worker(size: int, path: str) -> dict:
 
 
 def run_worker(size: int, path: str, cap_gb: float) -> dict:
-    cmd = [sys.executable, __file__, "--worker", str(size), path]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
-    env["MALLOC_MMAP_THRESHOLD_"] = str(64 * 1024)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
-    peak, over = 0, False
-    while proc.poll() is None:
-        try:
-            with open(f"/proc/{proc.pid}/statm") as fh:
-                now = int(fh.read().split()[1]) * PAGE
-        except OSError:
-            now = 0
-        peak = max(peak, now)
-        if now > cap_gb * 2**30:
-            proc.kill()
-            over = True
-        time.sleep(0.01)
-    out = proc.stdout.read()
+    """`worker` in a fresh process (`long_inputs.watch`: stopped when its resident set passes cap_gb)."""
+    out, returncode, peak, over = watch([sys.executable, __file__, "--worker", str(size), path], cap_gb)
     if over:
         return {"size": size, "path": path, "over_cap_gb": cap_gb}
-    if proc.returncode != 0:
-        return {"size": size, "path": path, "error": proc.returncode}
+    if returncode != 0:
+        return {"size": size, "path": path, "error": returncode}
     result = json.loads(out.strip().splitlines()[-1])
     result["process_peak_bytes"] = peak
     return result

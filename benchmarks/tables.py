@@ -110,16 +110,7 @@ def long_table(result: dict) -> str:
             "| SmolLM2-135M, last token | tokens | seconds | extra peak | process peak |",
             "| --- | --- | --- | --- | --- |",
         ]
-        for r in sorted(lm, key=lambda r: (r["path"], r["size"])):
-            if "over_cap_gb" in r:
-                lines.append(f"| {r['path']} | {r['size']:,} | | over {r['over_cap_gb']:g} GB | stopped |")
-            elif "error" in r:
-                lines.append(f"| {r['path']} | {r['size']:,} | failed | | |")
-            else:
-                lines.append(
-                    f"| {r['path']} | {r['size']:,} | {r['seconds']:.1f} | "
-                    f"{r['extra_peak_bytes'] / 2**30:.2f} GB | {r['process_peak_bytes'] / 2**30:.2f} GB |"
-                )
+        lines += [_worker_row(r, f"{r.get('extra_peak_bytes', 0) / 2**30:.2f} GB") for r in _by_path(lm)]
         fits = {}
         for r in lm:
             if "seconds" in r:
@@ -139,17 +130,24 @@ def generation_table(result: dict) -> str:
         "| SmolLM2-135M, 8 generated tokens, raw + rollout, sinks auto | prompt tokens | seconds | extra peak | process peak |",
         "| --- | --- | --- | --- | --- |",
     ]
-    for r in sorted(result["rows"], key=lambda r: (r["path"], r["size"])):
-        if "over_cap_gb" in r:
-            lines.append(f"| {r['path']} | {r['size']:,} | | over {r['over_cap_gb']:g} GB | stopped |")
-        elif "error" in r:
-            lines.append(f"| {r['path']} | {r['size']:,} | failed | | |")
-        else:
-            lines.append(
-                f"| {r['path']} | {r['size']:,} | {r['seconds']:.1f} | {r['extra_peak_bytes'] / 2**20:,.0f} MB | "
-                f"{r['process_peak_bytes'] / 2**30:.2f} GB |"
-            )
+    lines += [
+        _worker_row(r, f"{r.get('extra_peak_bytes', 0) / 2**20:,.0f} MB") for r in _by_path(result["rows"])
+    ]
     return "\n".join(lines)
+
+
+def _by_path(rows: list[dict]) -> list[dict]:
+    return sorted(rows, key=lambda r: (r["path"], r["size"]))
+
+
+def _worker_row(r: dict, extra: str) -> str:
+    """One measurement of a worker process (long_inputs.run_worker, long_generation.run_worker):
+    stopped over the memory cap, failed, or its time, extra peak (`extra`, formatted) and process peak."""
+    if "over_cap_gb" in r:
+        return f"| {r['path']} | {r['size']:,} | | over {r['over_cap_gb']:g} GB | stopped |"
+    if "error" in r:
+        return f"| {r['path']} | {r['size']:,} | failed | | |"
+    return f"| {r['path']} | {r['size']:,} | {r['seconds']:.1f} | {extra} | {r['process_peak_bytes'] / 2**30:.2f} GB |"
 
 
 def _load(load: list[float] | None) -> str:

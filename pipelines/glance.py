@@ -16,7 +16,7 @@ import argparse
 import sys
 
 from attnflow.paths import StudyPaths
-from attnflow.report.glance import facts, paragraph, with_paragraph
+from attnflow.report.glance import facts, paragraph, refresh
 from attnflow.sweep import code_state
 from pipelines import _config
 
@@ -29,18 +29,11 @@ def main() -> int:
     args = parser.parse_args()
     cfg = _config.load(_config.ROOT / _config.PARAMS)
     paths = StudyPaths.from_config(cfg.paths, root=_config.ROOT)
-    text = README.read_text(encoding="utf-8")
     allow = bool(cfg.report.allow_mixed_code)
-    new = with_paragraph(
-        text, paragraph(facts(paths, int(cfg.seed), code_state(_config.ROOT), allow_mixed_code=allow)), README
+    body = paragraph(facts(paths, int(cfg.seed), code_state(_config.ROOT), allow_mixed_code=allow))
+    return refresh(
+        README, body, check=args.check, what="the at-a-glance paragraph", command="python -m pipelines.glance"
     )
-    if new == text:
-        return 0
-    if args.check:
-        print(f"{README}: the at-a-glance paragraph is stale: run python -m pipelines.glance")
-        return 1
-    README.write_text(new, encoding="utf-8")
-    return 0
 
 
 if __name__ == "__main__":

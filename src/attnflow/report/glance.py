@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from attnflow.io import read_json
+from attnflow.io import read_json, write_text
 from attnflow.paths import StudyPaths
 from attnflow.report.build import read_sweep_table, with_main_run
 from attnflow.report.inputs import load_task
@@ -141,3 +141,19 @@ def with_paragraph(text: str, body: str, where: Path, markers: tuple[str, str] =
             f"{where}: the markers {markers[0].strip()} ... {markers[1]} must appear exactly once"
         )
     return pattern.sub(lambda _: markers[0] + body + "\n" + markers[1], text)
+
+
+def refresh(
+    path: Path, body: str, *, check: bool, what: str, command: str, markers: tuple[str, str] = MARKERS
+) -> int:
+    """Put ``body`` between the markers of ``path`` (written atomically) and return 0; with ``check``
+    write nothing and return 1, saying what is stale and ``command``, when the body differs."""
+    text = path.read_text(encoding="utf-8")
+    new = with_paragraph(text, body, path, markers)
+    if new == text:
+        return 0
+    if check:
+        print(f"{path}: {what} is stale: run {command}")
+        return 1
+    write_text(path, new)
+    return 0

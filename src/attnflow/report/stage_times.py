@@ -17,11 +17,12 @@ and ``<!-- /results:stage_times -->`` in ``docs/results.md`` from that file.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-__all__ = ["COLUMNS", "MARKERS", "TRAINING", "markdown", "stage_times", "totals"]
+__all__ = ["COLUMNS", "MARKERS", "TRAINING", "from_store", "markdown", "read_table", "stage_times", "totals"]
 
 COLUMNS = ("stage", "task", "seconds", "commit")
 MARKERS = ("<!-- results:stage_times -->\n", "<!-- /results:stage_times -->")
@@ -54,6 +55,24 @@ def stage_times(runs: Sequence[Any], order: Sequence[str] = ()) -> pd.DataFrame:
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     table["_rank"] = table["stage"].map(lambda s: rank.get(s, len(rank)))
     return table.sort_values(["_rank", "stage", "task"]).drop(columns="_rank").reset_index(drop=True)
+
+
+def from_store(uri: str, experiment: str, config_hash: str, order: Sequence[str] = ()) -> pd.DataFrame:
+    """`stage_times` of the runs tagged ``config_hash`` in the MLflow ``experiment`` at ``uri``
+    (ValueError naming both when the experiment is not there)."""
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise ValueError(f"no MLflow experiment {experiment!r} in {uri}: run `dvc repro` first")
+    runs = client.search_runs([found.experiment_id], f"tags.config_hash = '{config_hash}'", max_results=5000)
+    return stage_times(runs, order)
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """The csv `python -m pipelines.stage_times` writes (empty task and commit cells stay "")."""
+    return pd.read_csv(path, keep_default_na=False, dtype={"commit": str, "task": str})
 
 
 def totals(table: pd.DataFrame) -> dict[str, float]:

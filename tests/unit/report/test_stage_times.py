@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from attnflow.report.glance import with_paragraph
-from attnflow.report.stage_times import MARKERS, markdown, stage_times, totals
+from attnflow.report.stage_times import MARKERS, markdown, read_table, stage_times, totals
 from pipelines import stage_times as script
 
 
@@ -65,7 +65,7 @@ def test_no_runs_is_a_clear_error():
 
 
 def test_the_docs_table_is_the_committed_csv():
-    table = pd.read_csv(script.CSV, keep_default_na=False, dtype={"commit": str, "task": str})
+    table = read_table(script.CSV)
     text = script.DOC.read_text(encoding="utf-8")
     assert with_paragraph(text, markdown(table), script.DOC, markers=MARKERS) == text, (
         "docs/results.md: the stage-time table is stale: run python -m pipelines.stage_times"

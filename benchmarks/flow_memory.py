@@ -11,7 +11,10 @@ a long causal input can afford. Two calls, each measured in a fresh process:
 - flow_rows: `attnflow.explain.flow.flow_rows` on float64 (1, L, T, T) capacities, the call the
   stream (`attnflow.stream`) makes with its head-mixed capacities; one thread (--threads);
 - attention_flow: `attnflow.explain.attention_flow(attn, sources=[T-1], layers=[L-1])` on
-  (L, H, T, T) float64 attention (H = 1), the classic path (ATTNFLOW_THREADS=--threads).
+  (L, H, T, T) float64 attention (H = 1), the classic path (ATTNFLOW_THREADS=--threads);
+- packed: `attnflow.explain.flow.flow_rows_packed` on the same capacities packed as lower
+  triangles (`pack_lower`, (L, T (T + 1) / 2)), what the stream keeps for a causal graph past
+  `attnflow.stream.FLOW_THREAD_BYTES` (they take half the bytes of the dense ones).
 
 The synthetic graph (seeded): each layer's attention is exp(2 z) over the causal prefix (z standard
 normal, lower triangle), the sink column (token 0) x 20, rows normalised; flow_rows gets it mixed
@@ -42,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "flow_memory.json"
 LENGTHS = (256, 512, 1024)
 LAYERS = 30  # SmolLM2-135M's depth
-PATHS = ("flow_rows", "attention_flow")
+PATHS = ("flow_rows", "attention_flow", "packed")
 SINK = 20.0  # token 0's weight before normalising: a strong attention sink, as in trained decoders
 SHARPNESS = 2.0
 RESIDUAL = 0.5
@@ -71,7 +74,16 @@ def worker(path: str, tokens: int, layers: int, threads: int) -> dict:
 
     attn = causal_attention(layers, tokens)  # (L, T, T)
     caps_bytes = layers * tokens * tokens * 8
-    if path == "flow_rows":
+    if path == "packed":  # the stream's layout for a causal graph past FLOW_THREAD_BYTES
+        caps = attn
+        caps *= RESIDUAL
+        caps[:, np.arange(tokens), np.arange(tokens)] += 1 - RESIDUAL
+        caps /= caps.sum(-1, keepdims=True)
+        packed = flow.pack_lower(caps)
+        del attn, caps
+        with Peak() as peak:
+            values = flow.flow_rows_packed(packed, tokens, [layers - 1], [tokens - 1])[None]
+    elif path == "flow_rows":
         caps = attn[None]  # (1, L, T, T), mixed in place: the stream's capacities
         caps *= RESIDUAL
         caps[0, :, np.arange(tokens), np.arange(tokens)] += 1 - RESIDUAL

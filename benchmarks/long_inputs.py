@@ -3,6 +3,7 @@
     python benchmarks/long_inputs.py --section speed      # raw and rollout, float32 torch vs float64 numpy, T = 2048
     python benchmarks/long_inputs.py --section depth      # tiny 32-head Llama, 768 tokens, 4 vs 16 layers
     python benchmarks/long_inputs.py --section smollm2    # SmolLM2-135M-Instruct at 512 ... 4,096 tokens
+    python benchmarks/long_inputs.py --section smollm2 --lengths 4096 --paths stream
     python benchmarks/long_inputs.py                      # both; --lengths 512,1024 for fewer
     python benchmarks/long_inputs.py --device cuda        # the same on a GPU, when there is one
 
@@ -314,6 +315,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--section", choices=("speed", "depth", "smollm2", "all"), default="all")
     ap.add_argument("--lengths", default=",".join(map(str, LENGTHS)))
+    ap.add_argument("--paths", default=",".join(PATHS), help="of the SmolLM2 section (default: every path)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--cap-gb", type=float, default=8.0)
     ap.add_argument("--worker", nargs=3, metavar=("KIND", "SIZE", "PATH"))
@@ -340,7 +342,10 @@ def main() -> None:
     if args.section in ("depth", "all"):
         todo += [("depth", d, p) for d in DEPTHS for p in ("classic", "stream")]
     if args.section in ("smollm2", "all"):
-        todo += [("smollm2", n, p) for n in map(int, args.lengths.split(",")) for p in PATHS]
+        paths = args.paths.split(",")
+        if unknown := sorted(set(paths) - set(PATHS)):
+            ap.error(f"--paths: unknown {', '.join(unknown)}; the paths are {', '.join(PATHS)}")
+        todo += [("smollm2", n, p) for n in map(int, args.lengths.split(",")) for p in paths]
     for kind, size, path in todo:
         r = run_worker(kind, size, path, args.device, args.cap_gb)
         r["load"] = os.getloadavg()

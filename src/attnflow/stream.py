@@ -56,6 +56,9 @@ IMPLEMENTATION = "attnflow_stream"
 BLOCK_BYTES = 16 * 2**20
 # Above this many bytes of capacities (L, T, T) per sample, flow is solved on one thread: every
 # solver thread holds a workspace of that size (a 30-layer model at 2,048 tokens: 1 GiB each).
+# A causal model's unpadded batch keeps only the lower triangles instead, whatever its size
+# (`attnflow.explain.flow.flow_rows_packed`, one thread, no reversed copy: half the memory, and
+# 2-9x faster than the dense solver on last-row flow of 12-30 layers x 64-512 tokens).
 FLOW_THREAD_BYTES = 2**29
 # Causal rollout multiplies lower-triangular matrices in blocks of this many rows.
 TRIL_BLOCK = 256
@@ -81,7 +84,8 @@ class StreamState:
     raw: list[torch.Tensor] = field(default_factory=list)  # per layer (B, R, T)
     rollout: list[torch.Tensor] = field(default_factory=list)  # per layer (B, R, T)
     running: torch.Tensor | None = None  # Ã(l) (B, T, T)
-    caps: np.ndarray | None = None  # (B, L, T, T) float64 A(l), for flow
+    caps: np.ndarray | None = None  # (B, L, T, T) float64 A(l), for flow; packed: (B, L, T (T + 1) / 2)
+    packed: bool = False  # caps holds a causal model's lower triangles (see FLOW_THREAD_BYTES)
     block_bytes: int = BLOCK_BYTES
     causal: bool = False  # the first layer's A is lower triangular: every layer's is (causal mask)
     grad_methods: tuple[str, ...] = ()  # of GRAD_STREAM_METHODS: hooks reduce each layer's ∇A over heads
@@ -155,11 +159,29 @@ class StreamState:
                     self.running = tril_matmul(a, self.running) if self.causal else a @ self.running
                 self.rollout.append(torch.gather(self.running, 1, take))
             if "flow" in self.methods:
-                if self.caps is None:
-                    batch, tokens = a.shape[0], a.shape[-1]
-                    self.caps = np.empty((batch, self.n_layers, tokens, tokens))
-                self.caps[:, self.layer] = a.to(torch.float64).cpu().numpy()
+                self.keep_caps(a)
         self.layer += 1
+
+    def keep_caps(self, a: torch.Tensor) -> None:
+        """Keep this layer's A (B, T, T) in float64 on the host for the flow solver: a causal
+        model's lower triangles when no sample is padded, else dense; a later layer that sees
+        ahead turns the layers kept so far back to dense."""
+        batch, tokens = a.shape[0], a.shape[-1]
+        ahead = bool(a.triu(1).any())
+        if self.caps is None:
+            self.packed = self.full and not ahead
+            shape = (tokens * (tokens + 1) // 2,) if self.packed else (tokens, tokens)
+            self.caps = np.empty((batch, self.n_layers, *shape))
+        if self.packed and ahead:
+            dense = np.zeros((batch, self.n_layers, tokens, tokens))
+            dense[:, : self.layer, np.tri(tokens, dtype=bool)] = self.caps[:, : self.layer]
+            self.caps, self.packed = dense, False
+        x = a.to(torch.float64).cpu().numpy()
+        if self.packed:
+            from attnflow.explain.flow import pack_lower  # the solver's layout (imported only for flow)
+
+            x = pack_lower(x)
+        self.caps[:, self.layer] = x
 
     def observe_grad(self, layer: int, queries: slice, weights: torch.Tensor, grad: torch.Tensor) -> None:
         """Reduce one block of ∇A (B, H, q, T) over heads as the backward produces it."""
@@ -557,25 +579,28 @@ def chefer_rows(abar: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
 
 def _flow(state: StreamState, layers: Sequence[int] | None, normalize: bool) -> torch.Tensor:
     """Exact max flow from `rows` at `layers` over the streamed capacities (CPU solver)."""
-    from attnflow.explain.flow import flow_rows
+    from attnflow.explain.flow import flow_rows, flow_rows_packed
 
     caps, valid = state.caps, state.valid.cpu().numpy()
-    n_layers = caps.shape[1]
+    n_layers, tokens = caps.shape[1], valid.shape[1]
     layer_idx = np.arange(n_layers) if layers is None else np.asarray(layers, dtype=np.int64).reshape(-1)
     if layer_idx.size == 0 or (layer_idx < 0).any() or (layer_idx >= n_layers).any():
         raise ValueError(f"flow_layers must be 0-based layers in [0, {n_layers}), got {layers!r}")
     rows = state.rows.cpu().numpy()  # (B, R)
     n_src = rows.shape[1]
     # every sample's rows differ: solve sample by sample, rows ordered (layer, source)
-    out = np.zeros((caps.shape[0], layer_idx.size * n_src, caps.shape[-1]))
+    out = np.zeros((caps.shape[0], layer_idx.size * n_src, tokens))
     row_layer = np.repeat(layer_idx, n_src)
     for b in range(caps.shape[0]):
         src = np.tile(rows[b], layer_idx.size)
+        if state.packed:  # a causal graph: its lower triangles, read in place, one thread
+            out[b] = flow_rows_packed(caps[b], tokens, row_layer, src)
+            continue
         supply = caps[b : b + 1, row_layer, src, :]  # (1, R', T)
         one = caps[b : b + 1]
         threads = 1 if one.nbytes > FLOW_THREAD_BYTES else None  # each solver thread holds a copy's worth
         out[b] = flow_rows(one, valid[b : b + 1], row_layer, supply, valid[b : b + 1, src], threads=threads)[
             0
         ]
-    out = torch.from_numpy(out.reshape(caps.shape[0], layer_idx.size, n_src, caps.shape[-1]))
+    out = torch.from_numpy(out.reshape(caps.shape[0], layer_idx.size, n_src, tokens))
     return normalize_rows(out, inplace=True) if normalize else out

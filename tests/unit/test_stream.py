@@ -239,3 +239,49 @@ def test_the_api_streams_raw_rollout_and_flow_with_the_numbers_of_the_classic_ca
             np.testing.assert_allclose(s["maps"][method], c["maps"][method], atol=1e-15, rtol=0)
         if c["logits"] is not None:
             np.testing.assert_allclose(s["logits"], c["logits"], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_a_causal_graph_is_kept_packed_and_gives_the_dense_flow(monkeypatch, family):
+    """An unpadded causal model's capacities are kept as lower triangles and flow is read from
+    them in place; the values are the dense solver's (on the classic capture) to 1e-12."""
+    import attnflow.explain.flow as flow_module
+
+    model, batch = MODELS[family].eval(), _batch()  # eval: GPT-2's attention dropout off
+    batch = {"input_ids": batch["input_ids"], "attention_mask": torch.ones_like(batch["attention_mask"])}
+    attn = forward(model, batch, ("attentions",), target=None).attentions.double()
+    dense = [attention_flow(attn[b : b + 1], sources=ROWS[b].tolist(), layers=[1, 2])[0] for b in range(2)]
+    calls = []
+    real = flow_module.flow_rows_packed
+    monkeypatch.setattr(flow_module, "flow_rows_packed", lambda *a: calls.append(a[0].shape) or real(*a))
+    packed = stream_maps(model, batch, ROWS, ("flow",), dtype=torch.float64, flow_layers=[1, 2])["flow"]
+    assert calls == [(3, 9 * 10 // 2)] * 2  # one call per sample, (layers, T (T + 1) / 2)
+    np.testing.assert_allclose(packed, torch.stack(dense), atol=F64_TOL, rtol=0)
+
+
+def test_a_padded_batch_or_an_encoder_keeps_the_dense_layout(monkeypatch):
+    import attnflow.stream as stream
+
+    seen = []
+    real = stream.StreamState.keep_caps
+    monkeypatch.setattr(
+        stream.StreamState, "keep_caps", lambda self, a: real(self, a) or seen.append(self.packed)
+    )
+    for family in ("llama", "bert"):  # padded; not causal
+        batch = _batch() if family == "llama" else {"input_ids": _batch()["input_ids"]}
+        stream_maps(MODELS[family], batch, ROWS, ("flow",), dtype=torch.float64, flow_layers=[2])
+    assert seen == [False] * 6
+
+
+def test_a_layer_that_sees_ahead_turns_the_packed_layers_back_to_dense():
+    import attnflow.stream as stream
+
+    state = stream.StreamState(torch.tensor([[3]]), torch.ones(1, 4, dtype=torch.bool), ("flow",), 3)
+    g = torch.Generator().manual_seed(0)
+    layers = [torch.rand(1, 4, 4, generator=g, dtype=torch.float64) for _ in range(3)]
+    layers[0], layers[1] = layers[0].tril(), layers[1].tril()  # the third sees ahead
+    for a in layers:
+        state.keep_caps(a)
+        state.layer += 1
+        assert state.packed == (state.layer < 3)
+    np.testing.assert_array_equal(state.caps[0], torch.cat(layers).numpy())

@@ -16,7 +16,7 @@ from ._common import (
     prepare,
     row_sums,
 )
-from ._maxflow import _kernels, layered_max_flow, small_full_flow
+from ._maxflow import _kernels, layered_max_flow, lower_max_flow, small_full_flow
 
 __all__ = ["attention_flow"]
 
@@ -94,6 +94,53 @@ def flow_rows(
         out[bb, rr] = values
     else:
         out[bb[:, None], rr[:, None], order[bb]] = values
+    return out
+
+
+def pack_lower(x: np.ndarray) -> np.ndarray:
+    """The lower triangles of (..., T, T), row by row: (..., T (T + 1) / 2), entry i (i + 1) / 2 + k
+    = x[..., i, k] for k <= i. A causal model's capacities are 0 above the diagonal, so this is all
+    of them in half the memory."""
+    tokens = x.shape[-1]
+    below = np.tri(tokens, dtype=bool)
+    out = np.empty(
+        (*x.shape[:-2], tokens * (tokens + 1) // 2), dtype=x.dtype
+    )  # C-contiguous, as the solver reads it
+    for lead in np.ndindex(x.shape[:-2]):  # one matrix at a time: no (..., P) temporary
+        out[lead] = x[lead][below]
+    return out
+
+
+def flow_rows_packed(
+    packed: np.ndarray, tokens: int, row_layer: np.ndarray, row_src: np.ndarray
+) -> np.ndarray:
+    """`flow_rows` of one causal sample without padding, from its packed capacities.
+
+    packed: (L, T (T + 1) / 2) float64 residual-mixed capacities (`pack_lower`); row r is the
+    source at 0-based layer row_layer[r], position row_src[r], with out-capacities A(l)[s, :].
+    Returns (R, T): the max-flow value from each source to every input node (not normalised).
+    See `lower_max_flow` for what the packed path saves and how its values relate to `flow_rows`'.
+    """
+    row_src = check_positions(row_src, "row_src", tokens, "positions")
+    row_layer = np.asarray(row_layer, dtype=np.int64).reshape(-1)
+    n_layers = packed.shape[0]
+    if packed.ndim != 2 or packed.shape[1] != tokens * (tokens + 1) // 2:
+        raise ValueError(
+            f"packed must be (layers, {tokens * (tokens + 1) // 2}) for {tokens} tokens, got {packed.shape}"
+        )
+    if row_layer.shape != row_src.shape:
+        raise ValueError(
+            f"row_layer and row_src must have one entry per row, got {row_layer.shape}, {row_src.shape}"
+        )
+    if ((row_layer < 0) | (row_layer >= n_layers)).any():
+        raise ValueError(f"row_layer must be 0-based layers in [0, {n_layers}), got {row_layer.tolist()}")
+    supply = np.zeros((row_src.size, tokens))
+    for r, (layer, s) in enumerate(zip(row_layer, row_src, strict=True)):
+        start = s * (s + 1) // 2
+        supply[r, : s + 1] = packed[layer, start : start + s + 1]
+    order = np.argsort(row_layer, kind="stable")  # the kernel wants rows by layer
+    out = np.empty((row_src.size, tokens))
+    out[order] = lower_max_flow(packed, tokens, row_layer[order] + 1, supply[order])
     return out
 
 

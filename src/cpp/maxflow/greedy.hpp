@@ -59,7 +59,8 @@ struct GreedyResult {
 // rho also bounds the maximum: value <= sum_k min(a_k, rho[K-1, k]) (a cut bound).
 // With `have_rho` the caller has put rho in the workspace already, and kids[t] = the positions by
 // decreasing rho[t] for t < K-1. Returns (value, arcs listed in `touched` (-1: overflow), bound).
-inline GreedyResult greedy(const double* C, const double* a, const double* bcap, Workspace& ws,
+template <class WS>
+inline GreedyResult greedy(const double* C, const double* a, const double* bcap, WS& ws,
                            bool have_rho = false) {
     const i64 K = ws.K, n = ws.n;
     double* F = ws.F.data();
@@ -71,9 +72,9 @@ inline GreedyResult greedy(const double* C, const double* a, const double* bcap,
         for (i64 m = 1; m < K; ++m)
             for (i64 i = 0; i < n; ++i) {
                 double v = 0.0;
-                const double* Crow = C + ((m - 1) * n + i) * n;
+                const double* Crow = C + ws.geo.arc(m - 1, i, 0);
                 const double* below = rho + (m - 1) * n;
-                for (i64 k = 0; k < n; ++k) v += std::min(Crow[k], below[k]);
+                for (i64 k = 0; k < ws.geo.end(i); ++k) v += std::min(Crow[k], below[k]);
                 rho[m * n + i] = v;
             }
         for (i64 t = 0; t < K - 1; ++t) order_desc(rho + t * n, kids + t * n, n);  // most capable first
@@ -104,8 +105,10 @@ inline GreedyResult greedy(const double* C, const double* a, const double* bcap,
             i64 p = nxt[n];
             while (p < n) {
                 const i64 k = children[p];
-                const i64 arc = (t * n + i) * n + k;
-                const double amt = std::min(std::min(left, C[arc]), rho_t[k]);
+                const i64 arc = ws.geo.arc(t, i, k);
+                // a packed (causal) row has no arcs to later positions: capacity 0
+                const double cap = WS::Layout::packed && k > i ? 0.0 : C[arc];
+                const double amt = std::min(std::min(left, cap), rho_t[k]);
                 if (amt > RESIDUAL_EPS) {
                     if (n_touched >= 0 && n_touched < cap_t) {
                         ws.touched[n_touched] = pack(t, i, k);

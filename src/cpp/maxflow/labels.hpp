@@ -7,14 +7,15 @@ namespace maxflow {
 
 // Exact distance-to-sink labels by breadth-first search on the residual graph (bit sets);
 // label sets and counts rebuilt. Returns the highest finite label.
-inline i64 global_relabel(const double* bcap, Workspace& ws) {
+template <class WS>
+inline i64 global_relabel(const double* bcap, WS& ws) {
     const i64 K = ws.K, n = ws.n, W = ws.W, nn = ws.nn;
     const i64 inf = nn + 1;  // a path to the sink visits at most nn nodes: nn + 1 = cannot reach
     i64* d = ws.d.data();
     for (i64 m = 0; m < K; ++m)
         for (i64 k = 0; k < n; ++k) {
             const i64 x = m * n + k;
-            ws.lab_(m, d[x], k >> 6) = 0;  // clear the label sets in use
+            if (d[x] != inf) ws.lab_(m, d[x], k >> 6) = 0;  // clear the label sets in use
             d[x] = inf;
         }
     for (i64 m = 0; m < K; ++m)
@@ -66,18 +67,20 @@ inline i64 global_relabel(const double* bcap, Workspace& ws) {
         }
     }
     const i64 dmax = qt > 0 ? d[queue[qt - 1]] : 0;
+    ws.ensure_label(dmax + 1);
     for (i64 v = 0; v < nn + 2; ++v) ws.cnt[v] = 0;
     for (i64 m = 0; m < K; ++m)
         for (i64 k = 0; k < n; ++k) {
             const i64 v = d[m * n + k];
-            ws.lab_(m, v, k >> 6) |= bit(k);
+            if (v != inf) ws.lab_(m, v, k >> 6) |= bit(k);
             ws.cnt[v] += 1;
         }
     return dmax;
 }
 
 // Active nodes (excess, finite label) by label; returns the highest active label.
-inline i64 buckets(Workspace& ws) {
+template <class WS>
+inline i64 buckets(WS& ws) {
     const i64 nn = ws.nn;
     for (i64 v = 0; v < nn + 2; ++v) ws.bhead[v] = -1;
     i64 hi = 0;
@@ -93,18 +96,23 @@ inline i64 buckets(Workspace& ws) {
 }
 
 // Give node x = (layer index m, position k) the label v (label sets and counts follow).
-inline void move(Workspace& ws, i64 x, i64 m, i64 k, i64 v) {
+template <class WS>
+inline void move(WS& ws, i64 x, i64 m, i64 k, i64 v) {
     const u64 bk = bit(k);
-    const i64 old = ws.d[x];
-    ws.lab_(m, old, k >> 6) &= ~bk;
+    const i64 old = ws.d[x], inf = ws.nn + 1;
+    if (old != inf) ws.lab_(m, old, k >> 6) &= ~bk;
     ws.cnt[old] -= 1;
-    ws.lab_(m, v, k >> 6) |= bk;
+    if (v != inf) {
+        ws.ensure_label(v + 1);  // the caller raises its highest label to v next
+        ws.lab_(m, v, k >> 6) |= bk;
+    }
     ws.cnt[v] += 1;
     ws.d[x] = v;
 }
 
 // No node has label `level`: nodes above it cannot reach the sink; lift them out.
-inline void gap(Workspace& ws, i64 level, i64 dmax) {
+template <class WS>
+inline void gap(WS& ws, i64 level, i64 dmax) {
     const i64 K = ws.K, n = ws.n, W = ws.W;
     const i64 inf = K * n + 1;
     for (i64 v = level + 1; v < dmax + 1; ++v) {
@@ -113,7 +121,6 @@ inline void gap(Workspace& ws, i64 level, i64 dmax) {
             for (i64 w = 0; w < W; ++w) {
                 u64 c = ws.lab_(m, v, w);
                 if (c == 0) continue;
-                ws.lab_(m, inf, w) |= c;
                 ws.lab_(m, v, w) = 0;
                 while (c != 0) {
                     const i64 x = m * n + 64 * w + tz(c);
@@ -128,7 +135,8 @@ inline void gap(Workspace& ws, i64 level, i64 dmax) {
 
 // Lowest label v in [v0, vmax] held by a node of layer m+1 in the bit set `mask` (W words);
 // vmax + 1 if none.
-inline i64 lowest(Workspace& ws, const u64* mask, i64 m, i64 v0, i64 vmax) {
+template <class WS>
+inline i64 lowest(WS& ws, const u64* mask, i64 m, i64 v0, i64 vmax) {
     const i64 W = ws.W;
     for (i64 v = v0; v <= vmax; ++v)
         for (i64 w = 0; w < W; ++w)

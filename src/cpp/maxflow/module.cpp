@@ -197,6 +197,28 @@ py::object mix_heads(const F64& attn, double residual, double tol) {
 }
 
 // x[..., k] /= sums[...] in place where sums > 0, else 0: numpy's
+// Max flow of a causal model's one sample from its packed capacities (run_lower). caps: (Ltot,
+// n (n + 1) / 2) float64; row_L: (R,) 1-based, non-decreasing; supply: (R, n). Returns (R, n).
+py::array_t<double> run_lower_rows(const F64& caps, i64 n, const I64& row_L, const F64& supply) {
+    require(n >= 1 && n <= TOUCH_MASK, "n must lie in [1, 2**21 - 1]");
+    require(caps.ndim() == 2 && caps.shape(1) == n * (n + 1) / 2, "caps must be (L, n (n + 1) / 2)");
+    const i64 Ltot = caps.shape(0), R = row_L.size();
+    require(row_L.ndim() == 1, "row_L must be (R,)");
+    require(supply.ndim() == 2 && supply.shape(0) == R && supply.shape(1) == n, "supply must be (R, n)");
+    const i64* rl = row_L.data();
+    for (i64 r = 0; r < R; ++r) {
+        require(rl[r] >= 1 && rl[r] <= Ltot, "row_L out of range");
+        require(r == 0 || rl[r] >= rl[r - 1], "row_L must be non-decreasing");
+    }
+    py::array_t<double> out({R, n});
+    double* o = out.mutable_data();
+    {
+        py::gil_scoped_release release;
+        run_lower(caps.data(), n, rl, supply.data(), R, o);
+    }
+    return out;
+}
+
 // divide(x, s, out=zeros_like(x), where=s > 0) of `normalize_rows`. x: (..., T), sums: (...).
 void divide_rows(py::array_t<double, py::array::c_style>& x, const F64& sums) {
     require(x.ndim() >= 1, "x needs a last axis");
@@ -255,6 +277,8 @@ PYBIND11_MODULE(_kernels, m) {
     m.def("mix_heads", &mix_heads, py::arg("attn"), py::arg("residual"), py::arg("tol"),
           "Head mean and residual of (B, L, H, T, T) float64 attention, before the row normalisation; "
           "None when an entry is negative or a row does not sum to 1 within tol.");
+    m.def("run_lower_rows", &run_lower_rows, py::arg("caps"), py::arg("n"), py::arg("row_L"), py::arg("supply"),
+          "Max flow of one causal sample from its packed lower-triangular capacities, forward only, one thread.");
     m.def("divide_rows", &divide_rows, py::arg("x"), py::arg("sums"),
           "Rows of x divided in place by their sums (0 where a sum is not > 0).");
     m.def("network", &network, py::arg("caps"), py::arg("b"), py::arg("L"), py::arg("n"), py::arg("reverse"));

@@ -17,7 +17,8 @@ struct PushRelabelResult {
 // Highest-label push-relabel from the current preflow until no active node can reach the sink or
 // the sink holds `upper` - STOP_TOL. Starts with a global relabel. Returns the value and the
 // number of arcs listed in `touched` (-1 once it overflowed).
-inline PushRelabelResult push_relabel(const double* C, const double* bcap, Workspace& ws, bool track,
+template <class WS>
+inline PushRelabelResult push_relabel(const double* C, const double* bcap, WS& ws, bool track,
                                       i64 n_touched, double value, double upper) {
     const i64 K = ws.K, n = ws.n, W = ws.W, nn = ws.nn;
     const i64 inf = nn + 1;
@@ -65,7 +66,7 @@ inline PushRelabelResult push_relabel(const double* C, const double* bcap, Works
                         const i64 yk = 64 * w + tz(c);
                         c &= c - 1;
                         const i64 y = t * n + yk;
-                        const i64 a = (t * n + k) * n + yk;
+                        const i64 a = ws.geo.arc(t, k, yk);
                         double delta = std::min(e[x], C[a] - F[a]);
                         // look-ahead through an idle (layer 1, yk); an active one keeps its excess
                         // and its bucket, so it takes a plain push
@@ -121,7 +122,7 @@ inline PushRelabelResult push_relabel(const double* C, const double* bcap, Works
                         const i64 i = 64 * w + tz(c);
                         c &= c - 1;
                         const i64 y = (m + 1) * n + i;
-                        const i64 a = (m * n + i) * n + k;
+                        const i64 a = ws.geo.arc(m, i, k);
                         const double delta = std::min(e[x], F[a]);
                         F[a] -= delta;
                         arc_bits(C, ws, m, i, k);

@@ -13,7 +13,8 @@ namespace maxflow {
 // source is implicit: its edges stay saturated, which is all phase one of push-relabel needs).
 // Stops at the smallest of the cut bounds min(sum a, sum b, sum_k min(a_k, rho_k)) and `hint`,
 // an upper bound the caller knows (top_down); `have_rho`: see greedy.
-inline double solve(const double* C, const double* a, const double* bcap, Workspace& ws,
+template <class WS>
+inline double solve(const double* C, const double* a, const double* bcap, WS& ws,
                     double hint = std::numeric_limits<double>::infinity(), bool have_rho = false) {
     const i64 n = ws.n;
     double ua = 0.0, ub = 0.0;
@@ -39,7 +40,8 @@ inline double solve(const double* C, const double* a, const double* bcap, Worksp
 // solve (same network, same supply) left in the workspace. Flow above a lowered sink capacity
 // returns as excess at its layer-1 node, which keeps the preflow valid; push-relabel (starting
 // with exact labels) runs on from there.
-inline double resolve(const double* C, const double* bcap, Workspace& ws, double supply_sum) {
+template <class WS>
+inline double resolve(const double* C, const double* bcap, WS& ws, double supply_sum) {
     const i64 n = ws.n;
     double value = 0.0, ub = 0.0;
     for (i64 k = 0; k < n; ++k) {
@@ -57,7 +59,8 @@ inline double resolve(const double* C, const double* bcap, Workspace& ws, double
 // One warm-started sweep: supply `fixed` (n,), sink capacities vary[q] (n,) for q < count. The
 // first problem starts from zero flow, each next one from the previous preflow (resolve).
 // out_vals[q] = the max-flow value of problem q. Leaves the workspace dirty (reset with -1).
-inline void sweep(const double* C, const double* fixed, const double* vary, i64 count, Workspace& ws,
+template <class WS>
+inline void sweep(const double* C, const double* fixed, const double* vary, i64 count, WS& ws,
                   double* out_vals) {
     const i64 K = ws.K, n = ws.n;
     double sa = 0.0;

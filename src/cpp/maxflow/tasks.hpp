@@ -296,6 +296,61 @@ inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
     scratch.release_if_large();
 }
 
+// A causal model's one sample with its capacities packed (Lower): caps holds Ltot matrices of
+// n (n + 1) / 2 entries, caps[l] = layer l+1's lower triangle row by row (A_{l+1}[i, k], k <= i).
+// Row r: a source at 1-based layer row_L[r] (non-decreasing) with out-capacities supply[r] (n,);
+// out[r, j] = the max-flow value to input j. Per row, one warm-started sweep over the sinks on the
+// forward network, read in place (no reversed copy: it would hold the graph a second time), one
+// workspace at a time, on the calling thread: the path for graphs too large to hold twice (a
+// 30-layer model at 4,096 tokens: 2 GiB of capacities, 1.9 GiB of flows).
+inline void run_lower(const double* caps, i64 n, const i64* row_L, const double* supply, i64 R, double* out) {
+    const Lower lay{n};
+    const i64 P = lay.matrix();
+    std::vector<double> bcol(n);
+    std::unique_ptr<WorkspaceT<Lower>> ws;
+    i64 K = -1;
+    for (i64 r = 0; r < R; ++r) {
+        const i64 L = row_L[r];
+        const double* a = supply + r * n;
+        double* o = out + r * n;
+        if (L == 1) {  // the supply row itself
+            for (i64 j = 0; j < n; ++j) o[j] = a[j];
+            continue;
+        }
+        if (L == 2) {  // value_j = sum_{k >= j} min(a_k, A_1[k, j])
+            for (i64 j = 0; j < n; ++j) {
+                double v = 0.0;
+                for (i64 k = j; k < n; ++k) v += std::min(a[k], caps[lay.arc(0, k, j)]);
+                o[j] = v;
+            }
+            continue;
+        }
+        const double* C = caps + P;  // the middle network: layers 2..L-1, read in place
+        if (L - 1 != K) {
+            K = L - 1;
+            ws.reset();  // one workspace alive at a time
+            ws = std::make_unique<WorkspaceT<Lower>>(K, n);
+        }
+        // every sink from the previous sink's preflow (resolve), from the last input to the first:
+        // a causal sink j is fed by positions k >= j only, so each next sink is fed by one more
+        // position (5x faster than each sink from a greedy start at 512 tokens, 4x at 1,024)
+        double sa = 0.0;
+        for (i64 k = 0; k < n; ++k) sa += a[k];
+        if (sa <= RESIDUAL_EPS) {
+            for (i64 j = 0; j < n; ++j) o[j] = 0.0;
+            continue;
+        }
+        reset(C, *ws, -1);
+        const i64 top = (K - 1) * n;
+        for (i64 k = 0; k < n; ++k)
+            if (a[k] > RESIDUAL_EPS) ws->e[top + k] = a[k];
+        for (i64 j = n - 1; j >= 0; --j) {
+            for (i64 k = 0; k < n; ++k) bcol[k] = k >= j ? caps[lay.arc(0, k, j)] : 0.0;
+            o[j] = resolve(C, bcol.data(), *ws, sa);
+        }
+    }
+}
+
 // One task over the rows order[t0:t1]: kind 0 = closed forms; 1 = sweeps over those rows (one
 // sample and layer) for the sinks t2..t3-1; 2 = every (row, sink) problem on its own, for the
 // sinks t2..t3-1.

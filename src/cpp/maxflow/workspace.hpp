@@ -20,23 +20,50 @@ constexpr double STOP_TOL = 1e-12;
 inline u64 bit(i64 i) { return u64(1) << u64(i & 63); }
 inline i64 tz(u64 x) { return i64(__builtin_ctzll(x)); }  // lowest set bit of a nonzero word
 
+// Where the arc (t+2, i) -> (t+1, k) of matrix t lives in C and F, and which positions k a row i
+// has (0 <= k < end(i)). Dense: every matrix n x n, row-major. Lower: a causal model's matrices,
+// whose arcs run only to positions k <= i, packed: row i of matrix t holds k = 0..i, from
+// t n (n + 1) / 2 + i (i + 1) / 2 -- half the memory of Dense for the capacities and the flows.
+struct Dense {
+    static constexpr bool packed = false;
+    i64 n;
+    i64 arc(i64 t, i64 i, i64 k) const { return (t * n + i) * n + k; }
+    i64 end(i64) const { return n; }
+    i64 matrix() const { return n * n; }
+};
+struct Lower {
+    static constexpr bool packed = true;
+    i64 n;
+    i64 arc(i64 t, i64 i, i64 k) const { return t * matrix() + i * (i + 1) / 2 + k; }
+    i64 end(i64 i) const { return i + 1; }
+    i64 matrix() const { return n * (n + 1) / 2; }
+};
+
 // State of one network with K node layers of n nodes (node m * n + k = layer m+1, position k;
 // layer 1 holds the sink arcs, layer K the supply). C (the capacities) has T = max(K-1, 1)
-// matrices of n x n: C[t][i, k] = capacity of the arc (t+2, i) -> (t+1, k).
+// matrices of n x n laid out by G (Dense or Lower): C[G::arc(t, i, k)] = capacity of the arc
+// (t+2, i) -> (t+1, k).
 //
 // F[t, i, k]: flow on the arc (t+2, i) -> (t+1, k). Residual bit sets, W words per node:
 // down[t, i] bit k  = residual of (t+2, i) -> (t+1, k)   (downT[t, k] bit i: the same arcs)
 // up[t, k] bit i    = flow on (t+2, i) -> (t+1, k), i.e. residual of the reverse arc
 //                     (t+1, k) -> (t+2, i)                (upT[t, i] bit k: the same arcs)
-// lab[m, v]: nodes of layer m+1 with label v; cnt[v]: how many nodes have label v.
-struct Workspace {
+// lab[v, m]: nodes of layer m+1 with the finite label v (label-major, grown as the highest label
+// grows: labels rarely pass a few times K, and a set per possible label, nn + 1 of them, would be
+// K * nn * W words -- 2 GiB for 30 layers of 4,096 tokens); the unreachable label nn + 1 has no set
+// (it is never searched). cnt[v]: how many nodes have label v, the unreachable one included.
+template <class G>
+struct WorkspaceT {
+    using Layout = G;
     i64 K, n, W, nn, T;
-    std::vector<double> F;                   // (T, n, n)
+    G geo;
+    std::vector<double> F;                   // (T, matrix) laid out by G
     std::vector<u64> down, downT, up, upT;   // (T, n, W)
     std::vector<double> e;                   // (nn,) excess
     std::vector<double> g;                   // (n,) flow on the sink arcs of layer 1
     std::vector<i64> d;                      // (nn,) labels
-    std::vector<u64> lab;                    // (K, nn + 2, W)
+    std::vector<u64> lab;                    // (labels, K, W), labels = lab_rows
+    i64 lab_rows = 0;
     std::vector<i64> cnt, bhead;             // (nn + 2,) label counts, active nodes by label
     std::vector<i64> bnext, queue;           // (nn,)
     std::vector<u64> unseen;                 // (K, W)
@@ -47,9 +74,9 @@ struct Workspace {
     std::vector<i64> send;                   // (n,)
     std::vector<i64> nxt;                    // (n + 1,)
 
-    Workspace(i64 K_, i64 n_, i64 touched_cap = -1)
-        : K(K_), n(n_), W((n_ + 63) / 64), nn(K_ * n_), T(std::max<i64>(K_ - 1, 1)) {
-        F.assign(T * n * n, 0.0);
+    WorkspaceT(i64 K_, i64 n_, i64 touched_cap = -1)
+        : K(K_), n(n_), W((n_ + 63) / 64), nn(K_ * n_), T(std::max<i64>(K_ - 1, 1)), geo{n_} {
+        F.assign(T * geo.matrix(), 0.0);
         down.assign(T * n * W, 0);
         downT.assign(T * n * W, 0);
         up.assign(T * n * W, 0);
@@ -57,7 +84,7 @@ struct Workspace {
         e.assign(nn, 0.0);
         g.assign(n, 0.0);
         d.assign(nn, 0);
-        lab.assign(K * (nn + 2) * W, 0);
+        ensure_label(std::min<i64>(nn, 4 * K + 8));
         cnt.assign(nn + 2, 0);
         bhead.assign(nn + 2, -1);
         bnext.assign(nn, -1);
@@ -80,13 +107,22 @@ struct Workspace {
     u64& downT_(i64 t, i64 row, i64 w) { return downT[(t * n + row) * W + w]; }
     u64& up_(i64 t, i64 row, i64 w) { return up[(t * n + row) * W + w]; }
     u64& upT_(i64 t, i64 row, i64 w) { return upT[(t * n + row) * W + w]; }
-    u64& lab_(i64 m, i64 v, i64 w) { return lab[(m * (nn + 2) + v) * W + w]; }
+    // word w of the set of finite label v on layer m+1 (v <= the highest label ensured)
+    u64& lab_(i64 m, i64 v, i64 w) { return lab[(v * K + m) * W + w]; }
+    // make room for the finite labels 0..v (appended sets are empty; references into lab die)
+    void ensure_label(i64 v) {
+        if (v < lab_rows) return;
+        lab_rows = std::min<i64>(std::max<i64>(2 * lab_rows, v + 1), nn + 1);
+        lab.resize(lab_rows * K * W, 0);
+    }
 };
 
+using Workspace = WorkspaceT<Dense>;
+
 // Refresh the residual bits of the arc (t+2, i) -> (t+1, k) after its flow changed.
-inline void arc_bits(const double* C, Workspace& ws, i64 t, i64 i, i64 k) {
-    const i64 n = ws.n;
-    const i64 a = (t * n + i) * n + k;
+template <class WS>
+inline void arc_bits(const double* C, WS& ws, i64 t, i64 i, i64 k) {
+    const i64 a = ws.geo.arc(t, i, k);
     const double f = ws.F[a];
     const u64 bk = bit(k), bi = bit(i);
     const i64 wk = k >> 6, wi = i >> 6;
@@ -118,12 +154,13 @@ inline void unpack(i64 idx, i64& t, i64& i, i64& k) {
 }
 
 // Residual bits from the flow: of the `n_touched` listed arcs, or of every arc if negative.
-inline void sync_bits(const double* C, Workspace& ws, i64 n_touched) {
+template <class WS>
+inline void sync_bits(const double* C, WS& ws, i64 n_touched) {
     const i64 K = ws.K, n = ws.n;
     if (n_touched < 0) {
         for (i64 t = 0; t < K - 1; ++t)
             for (i64 i = 0; i < n; ++i)
-                for (i64 k = 0; k < n; ++k) arc_bits(C, ws, t, i, k);
+                for (i64 k = 0; k < ws.geo.end(i); ++k) arc_bits(C, ws, t, i, k);
     } else {
         for (i64 q = 0; q < n_touched; ++q) {
             i64 t, i, k;
@@ -135,10 +172,11 @@ inline void sync_bits(const double* C, Workspace& ws, i64 n_touched) {
 
 // Back to zero flow: only the `n_touched` arcs listed in `touched` (the only ones that carried
 // flow) or, if negative, every arc; with `bits`, their residual bits too.
-inline void reset(const double* C, Workspace& ws, i64 n_touched, bool bits = true) {
+template <class WS>
+inline void reset(const double* C, WS& ws, i64 n_touched, bool bits = true) {
     const i64 K = ws.K, n = ws.n, W = ws.W;
     if (n_touched < 0) {
-        std::fill(ws.F.begin(), ws.F.begin() + std::max<i64>(K - 1, 0) * n * n, 0.0);
+        std::fill(ws.F.begin(), ws.F.begin() + std::max<i64>(K - 1, 0) * ws.geo.matrix(), 0.0);
         if (bits) {
             for (i64 t = 0; t < K - 1; ++t) {
                 for (i64 i = 0; i < n; ++i)
@@ -149,8 +187,8 @@ inline void reset(const double* C, Workspace& ws, i64 n_touched, bool bits = tru
                         ws.upT_(t, i, w) = 0;
                     }
                 for (i64 i = 0; i < n; ++i)
-                    for (i64 k = 0; k < n; ++k)
-                        if (C[(t * n + i) * n + k] > RESIDUAL_EPS) {
+                    for (i64 k = 0; k < ws.geo.end(i); ++k)
+                        if (C[ws.geo.arc(t, i, k)] > RESIDUAL_EPS) {
                             ws.down_(t, i, k >> 6) |= bit(k);
                             ws.downT_(t, k, i >> 6) |= bit(i);
                         }
@@ -160,7 +198,7 @@ inline void reset(const double* C, Workspace& ws, i64 n_touched, bool bits = tru
         for (i64 q = 0; q < n_touched; ++q) {
             i64 t, i, k;
             unpack(ws.touched[q], t, i, k);
-            ws.F[(t * n + i) * n + k] = 0.0;
+            ws.F[ws.geo.arc(t, i, k)] = 0.0;
             if (bits) arc_bits(C, ws, t, i, k);
         }
     }

@@ -43,7 +43,9 @@ every input node (0, j), for many (sample, layer, source) at once. Structure use
   kernels as the planned path. Without padding, `small_full_flow` does the whole call -- the
   rows, their supplies, the small test, the thread count -- in one kernel call (`run_full_small`).
 * Memory: without padding the forward network is read in place from `caps`; the sinks' rho is
-  kept for the sample's next rows only when it has some (one slot for a single row).
+  kept for the sample's next rows only when it has some (one slot for a single row). Label sets
+  are grown with the highest label. A causal graph too large to hold twice can be given packed
+  (`lower_max_flow`: lower triangles only, forward network only, one thread).
 
 Exactness: arcs with residual <= RESIDUAL_EPS count as saturated and excess <= RESIDUAL_EPS as
 zero, so the value found is within (#arcs + #nodes) * RESIDUAL_EPS + STOP_TOL of the true maximum
@@ -64,7 +66,14 @@ from . import _kernels
 from ._plan import SMALL_ROWS, SWEEP_LAYERS_MIN, SWEEP_ROWS_MIN, _assign, _plan, _rounds, _small, _split_sinks
 from ._threads import flow_threads
 
-__all__ = ["PROGRESS_WORK", "RESIDUAL_EPS", "STOP_TOL", "layered_max_flow", "small_full_flow"]
+__all__ = [
+    "PROGRESS_WORK",
+    "RESIDUAL_EPS",
+    "STOP_TOL",
+    "layered_max_flow",
+    "lower_max_flow",
+    "small_full_flow",
+]
 
 # The tolerances live in the C++ kernels (workspace.hpp); these are their values.
 RESIDUAL_EPS: float = _kernels.RESIDUAL_EPS
@@ -125,6 +134,26 @@ def small_full_flow(caps: np.ndarray, row_layer: np.ndarray, row_src: np.ndarray
     """
     limits = np.array((SMALL_ROWS, SWEEP_ROWS_MIN, SWEEP_LAYERS_MIN, flow_threads(None)), np.int64)
     return _kernels.run_full_small(caps, row_layer, row_src, limits, SERIAL_WORK)
+
+
+def lower_max_flow(packed: np.ndarray, tokens: int, row_L: np.ndarray, supply: np.ndarray) -> np.ndarray:
+    """`layered_max_flow` of one causal sample whose capacities are packed lower triangles.
+
+    packed: (L, T (T + 1) / 2) float64, packed[l] = layer l+1's A[i, k] for k <= i, row by row
+    (entry i (i + 1) / 2 + k); row r is a source at 1-based layer row_L[r] (non-decreasing) with
+    out-capacities supply[r] (T,). Returns (R, T). The kernel (`run_lower`) reads the network in
+    place and, per row, sweeps the sinks from the last input to the first on the forward network,
+    each sink warm-started from the previous one's preflow, on the calling thread with one
+    workspace: half the memory of the dense path, which also builds the reversed network and a
+    workspace per thread. Values agree with `layered_max_flow` on the same graph within the
+    solver's tolerance (the two take different paths to the same maximum).
+    """
+    return _kernels.run_lower_rows(
+        np.ascontiguousarray(packed, dtype=np.float64),
+        int(tokens),
+        np.ascontiguousarray(row_L, dtype=np.int64),
+        np.ascontiguousarray(supply, dtype=np.float64),
+    )
 
 
 def layered_max_flow(

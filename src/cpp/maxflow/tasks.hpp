@@ -147,32 +147,34 @@ inline void rho_down(const Call& c, i64 b, i64 j, i64 slot, i64 n, i64* depth, i
     depth[slot] = std::max(depth[slot], K);
 }
 
-// The networks and workspaces run_cold keeps per depth, per thread, between calls while the
-// length stays the same: a one-sample call then allocates nothing. Every solve starts by resetting
-// the flow (reset) and recomputing the labels (global_relabel), so a reused workspace gives the
-// values a new one gives. Long sequences do not keep theirs (KEEP_MAX_N).
+// The reversed network and the two workspaces (forward, reversed) run_cold keeps per thread
+// between calls while the length stays the same: a one-sample call then allocates nothing. One
+// workspace per direction serves every depth (Workspace::shape), so a call touches the memory of
+// its deepest network once, not once per depth (the first call in a process pays for it). Every
+// solve starts by resetting the flow (reset) and recomputing the labels (global_relabel), so a
+// reused workspace gives the values a new one gives. Long sequences do not keep theirs
+// (KEEP_MAX_N).
 struct ColdScratch {
     static constexpr i64 KEEP_MAX_N = 256;
     i64 n = -1;
-    std::vector<std::vector<double>> nets_f, nets_r;
-    std::vector<std::unique_ptr<Workspace>> spaces_f, spaces_r;
-    void fit(i64 n_, i64 Kmax) {
+    std::vector<double> net_r;
+    std::unique_ptr<Workspace> space_f, space_r;
+    void fit(i64 n_) {
         if (n_ != n) {
-            nets_f.clear();
-            nets_r.clear();
-            spaces_f.clear();
-            spaces_r.clear();
+            net_r = std::vector<double>();
+            space_f.reset();
+            space_r.reset();
             n = n_;
         }
-        if (i64(spaces_f.size()) < Kmax + 1) {
-            nets_f.resize(Kmax + 1);
-            nets_r.resize(Kmax + 1);
-            spaces_f.resize(Kmax + 1);
-            spaces_r.resize(Kmax + 1);
-        }
+    }
+    // the workspace of one direction, shaped for K node layers
+    Workspace* space(std::unique_ptr<Workspace>& ws, i64 K) {
+        if (!ws) ws = std::make_unique<Workspace>(K, n);
+        ws->shape(K);
+        return ws.get();
     }
     void release_if_large() {
-        if (n > KEEP_MAX_N) fit(-1, 0);
+        if (n > KEEP_MAX_N) fit(-1);
     }
 };
 
@@ -185,8 +187,8 @@ inline ColdScratch& cold_scratch() {
 // and the sinks j0 <= j < min(j1, n): on the forward network or, when the sink column is the
 // smaller trivial cut, on the reversed one. Shared, not recomputed: per sample, the forward rho
 // of each sink (rho_down); per row, its top-down capacities (top_down), which bound every sink
-// and are the reversed network's rho; and the children orders of both. Networks and workspaces
-// are kept per depth while the length stays the same. Each problem starts from zero flow, so the
+// and are the reversed network's rho; and the children orders of both. The reversed network and
+// one workspace per direction are kept (reshaped per depth) while the length stays the same. Each problem starts from zero flow, so the
 // values do not depend on how the sinks are split into tasks. Without padding (n == N) the forward
 // network is read in place from caps (it is caps[b, 1..L-2]): no copy.
 inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
@@ -195,10 +197,7 @@ inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
     i64 n = -1, b = -1, L = -1, K = 1;
     std::vector<double> a(N), bcol(N);
     ColdScratch& scratch = cold_scratch();
-    auto& nets_f = scratch.nets_f;
-    auto& nets_r = scratch.nets_r;
-    auto& spaces_f = scratch.spaces_f;
-    auto& spaces_r = scratch.spaces_r;
+    std::vector<double> net_f;  // the forward network of a padded sample (else read in place)
     const double* Cf = nullptr;
     double* Cr = nullptr;
     Workspace* wsf = nullptr;
@@ -216,7 +215,7 @@ inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
             b = c.row_b[r];
             if (c.lengths[b] != n) {
                 n = c.lengths[b];
-                scratch.fit(n, Kmax);  // networks and workspaces of this length
+                scratch.fit(n);  // the network and workspaces of this length
             }
             // the sinks' rho is kept for the sample's next rows only when it has some: a single
             // row (e.g. last-row flow of a long input) needs one slot, not n (n^2 Kmax doubles)
@@ -231,15 +230,13 @@ inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
         if (new_sample || c.row_L[r] != L) {  // a new network
             L = c.row_L[r];
             K = L - 1;
-            if (!spaces_f[K]) spaces_f[K] = std::make_unique<Workspace>(K, n);
-            wsf = spaces_f[K].get();
+            wsf = scratch.space(scratch.space_f, K);
             if (n == N) {  // no padding: the forward network is caps[b, 1..L-2] itself, read in place
                 Cf = c.caps + (b * c.Lmax + 1) * N * N;
             } else {
-                const i64 size = std::max<i64>(K - 1, 1) * n * n;
-                if (i64(nets_f[K].size()) != size) nets_f[K].assign(size, 0.0);
-                fill_network(c, b, L, n, false, nets_f[K].data());
-                Cf = nets_f[K].data();
+                net_f.assign(std::max<i64>(K - 1, 1) * n * n, 0.0);
+                fill_network(c, b, L, n, false, net_f.data());
+                Cf = net_f.data();
             }
             reset(Cf, *wsf, -1);
             reversed_ready = false;
@@ -260,13 +257,10 @@ inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
                 hint += std::min(sigma[k], bcol[k]);
             }
             if (sb < sa) {
-                if (!reversed_ready) {  // built (and its workspace made) when first needed
-                    if (!spaces_r[K]) {
-                        nets_r[K].assign(std::max<i64>(K - 1, 1) * n * n, 0.0);
-                        spaces_r[K] = std::make_unique<Workspace>(K, n);
-                    }
-                    Cr = nets_r[K].data();
-                    wsr = spaces_r[K].get();
+                if (!reversed_ready) {  // built (and its workspace shaped) when first needed
+                    scratch.net_r.resize(std::max<i64>(K - 1, 1) * n * n);  // every entry is written below
+                    Cr = scratch.net_r.data();
+                    wsr = scratch.space(scratch.space_r, K);
                     fill_network(c, b, L, n, true, Cr);
                     reset(Cr, *wsr, -1);
                     reversed_ready = true;

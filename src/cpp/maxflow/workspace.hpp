@@ -73,24 +73,39 @@ struct WorkspaceT {
     std::vector<i64> kids;                   // (K, n) per layer: positions by decreasing rho
     std::vector<i64> send;                   // (n,)
     std::vector<i64> nxt;                    // (n + 1,)
+    i64 touched_arg;                         // touched's size (< 0: 8 nn + 1024)
 
     WorkspaceT(i64 K_, i64 n_, i64 touched_cap = -1)
-        : K(K_), n(n_), W((n_ + 63) / 64), nn(K_ * n_), T(std::max<i64>(K_ - 1, 1)), geo{n_} {
-        F.assign(T * geo.matrix(), 0.0);
-        down.assign(T * n * W, 0);
-        downT.assign(T * n * W, 0);
-        up.assign(T * n * W, 0);
-        upT.assign(T * n * W, 0);
+        : K(-1), n(n_), W((n_ + 63) / 64), nn(0), T(0), geo{n_}, touched_arg(touched_cap) {
+        shape(K_);
+    }
+    // (Re)shape for K node layers (same n), as a new workspace would be once reset(C, ws, -1) has
+    // run: one workspace serves networks of every depth, and the memory of the deepest is
+    // allocated (and touched) once.
+    void shape(i64 K_) {
+        if (K_ == K) return;
+        K = K_;
+        nn = K * n;
+        T = std::max<i64>(K - 1, 1);
+        // the flows and residual bits are set by reset(C, ws, -1), which every use of a (re)shaped
+        // workspace starts with: resized here, not rewritten (new entries are zero)
+        F.resize(T * geo.matrix(), 0.0);
+        down.resize(T * n * W, 0);
+        downT.resize(T * n * W, 0);
+        up.resize(T * n * W, 0);
+        upT.resize(T * n * W, 0);
         e.assign(nn, 0.0);
         g.assign(n, 0.0);
         d.assign(nn, 0);
+        lab.clear();
+        lab_rows = 0;
         ensure_label(std::min<i64>(nn, 4 * K + 8));
         cnt.assign(nn + 2, 0);
         bhead.assign(nn + 2, -1);
         bnext.assign(nn, -1);
         queue.assign(nn, 0);
         unseen.assign(K * W, 0);
-        touched.assign(touched_cap < 0 ? 8 * nn + 1024 : touched_cap, 0);
+        touched.assign(touched_arg < 0 ? 8 * nn + 1024 : touched_arg, 0);
         lay.resize(nn);
         pos.resize(nn);
         for (i64 x = 0; x < nn; ++x) {

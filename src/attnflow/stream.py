@@ -56,10 +56,13 @@ IMPLEMENTATION = "attnflow_stream"
 BLOCK_BYTES = 16 * 2**20
 # Above this many bytes of capacities (L, T, T) per sample, flow is solved on one thread: every
 # solver thread holds a workspace of that size (a 30-layer model at 2,048 tokens: 1 GiB each).
-# A causal model's unpadded batch keeps only the lower triangles instead, whatever its size
-# (`attnflow.explain.flow.flow_rows_packed`, one thread, no reversed copy: half the memory, and
-# 2-9x faster than the dense solver on last-row flow of 12-30 layers x 64-512 tokens).
 FLOW_THREAD_BYTES = 2**29
+# Above this many bytes of dense capacities per sample, a causal model's unpadded batch keeps only
+# the lower triangles (`attnflow.explain.flow.flow_rows_packed`: one thread, no reversed copy, half
+# the memory, 2-9x faster on last-row flow; its values equal the dense solver's to ~1e-14, not to
+# the bit, so the short inputs of the study keep the dense path and its numbers). 32 MiB: SmolLM2's
+# 30 layers from 375 tokens, GPT-2's 12 from 592.
+FLOW_PACKED_BYTES = 2**25
 # Causal rollout multiplies lower-triangular matrices in blocks of this many rows.
 TRIL_BLOCK = 256
 _local = threading.local()
@@ -85,7 +88,7 @@ class StreamState:
     rollout: list[torch.Tensor] = field(default_factory=list)  # per layer (B, R, T)
     running: torch.Tensor | None = None  # Ã(l) (B, T, T)
     caps: np.ndarray | None = None  # (B, L, T, T) float64 A(l), for flow; packed: (B, L, T (T + 1) / 2)
-    packed: bool = False  # caps holds a causal model's lower triangles (see FLOW_THREAD_BYTES)
+    packed: bool = False  # caps holds a causal model's lower triangles (see FLOW_PACKED_BYTES)
     block_bytes: int = BLOCK_BYTES
     causal: bool = False  # the first layer's A is lower triangular: every layer's is (causal mask)
     grad_methods: tuple[str, ...] = ()  # of GRAD_STREAM_METHODS: hooks reduce each layer's ∇A over heads
@@ -164,12 +167,14 @@ class StreamState:
 
     def keep_caps(self, a: torch.Tensor) -> None:
         """Keep this layer's A (B, T, T) in float64 on the host for the flow solver: a causal
-        model's lower triangles when no sample is padded, else dense; a later layer that sees
-        ahead turns the layers kept so far back to dense."""
+        model's lower triangles when a sample's dense graph passes FLOW_PACKED_BYTES and no sample
+        is padded, else dense; a later layer that sees ahead turns the layers kept so far back to
+        dense."""
         batch, tokens = a.shape[0], a.shape[-1]
         ahead = bool(a.triu(1).any())
         if self.caps is None:
-            self.packed = self.full and not ahead
+            big = self.n_layers * tokens * tokens * 8 > FLOW_PACKED_BYTES
+            self.packed = big and self.full and not ahead
             shape = (tokens * (tokens + 1) // 2,) if self.packed else (tokens, tokens)
             self.caps = np.empty((batch, self.n_layers, *shape))
         if self.packed and ahead:
@@ -593,7 +598,7 @@ def _flow(state: StreamState, layers: Sequence[int] | None, normalize: bool) -> 
     row_layer = np.repeat(layer_idx, n_src)
     for b in range(caps.shape[0]):
         src = np.tile(rows[b], layer_idx.size)
-        if state.packed:  # a causal graph: its lower triangles, read in place, one thread
+        if state.packed:  # a large causal graph: its lower triangles, read in place, one thread
             out[b] = flow_rows_packed(caps[b], tokens, row_layer, src)
             continue
         supply = caps[b : b + 1, row_layer, src, :]  # (1, R', T)

@@ -242,10 +242,12 @@ def test_the_api_streams_raw_rollout_and_flow_with_the_numbers_of_the_classic_ca
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
-def test_a_causal_graph_is_kept_packed_and_gives_the_dense_flow(monkeypatch, family):
-    """An unpadded causal model's capacities are kept as lower triangles and flow is read from
-    them in place; the values are the dense solver's (on the classic capture) to 1e-12."""
+def test_a_large_causal_graph_is_kept_packed_and_gives_the_dense_flow(monkeypatch, family):
+    """Past FLOW_PACKED_BYTES (0 here) an unpadded causal model's capacities are kept as lower
+    triangles and flow is read from them in place; the values are the dense solver's (on the
+    classic capture) to 1e-12."""
     import attnflow.explain.flow as flow_module
+    import attnflow.stream as stream
 
     model, batch = MODELS[family].eval(), _batch()  # eval: GPT-2's attention dropout off
     batch = {"input_ids": batch["input_ids"], "attention_mask": torch.ones_like(batch["attention_mask"])}
@@ -254,28 +256,36 @@ def test_a_causal_graph_is_kept_packed_and_gives_the_dense_flow(monkeypatch, fam
     calls = []
     real = flow_module.flow_rows_packed
     monkeypatch.setattr(flow_module, "flow_rows_packed", lambda *a: calls.append(a[0].shape) or real(*a))
+    monkeypatch.setattr(stream, "FLOW_PACKED_BYTES", 0)
     packed = stream_maps(model, batch, ROWS, ("flow",), dtype=torch.float64, flow_layers=[1, 2])["flow"]
     assert calls == [(3, 9 * 10 // 2)] * 2  # one call per sample, (layers, T (T + 1) / 2)
     np.testing.assert_allclose(packed, torch.stack(dense), atol=F64_TOL, rtol=0)
 
 
-def test_a_padded_batch_or_an_encoder_keeps_the_dense_layout(monkeypatch):
+def test_a_small_graph_a_padded_batch_or_an_encoder_keeps_the_dense_layout(monkeypatch):
+    """The study's short inputs keep the dense solver's numbers bit for bit."""
     import attnflow.stream as stream
 
+    batch = {"input_ids": _batch()["input_ids"]}
     seen = []
     real = stream.StreamState.keep_caps
     monkeypatch.setattr(
         stream.StreamState, "keep_caps", lambda self, a: real(self, a) or seen.append(self.packed)
     )
+    stream_maps(MODELS["llama"], batch, ROWS, ("flow",), dtype=torch.float64, flow_layers=[2])  # 9 tokens
+    assert seen == [False] * 3
+    monkeypatch.setattr(stream, "FLOW_PACKED_BYTES", 0)
+    seen.clear()
     for family in ("llama", "bert"):  # padded; not causal
         batch = _batch() if family == "llama" else {"input_ids": _batch()["input_ids"]}
         stream_maps(MODELS[family], batch, ROWS, ("flow",), dtype=torch.float64, flow_layers=[2])
     assert seen == [False] * 6
 
 
-def test_a_layer_that_sees_ahead_turns_the_packed_layers_back_to_dense():
+def test_a_layer_that_sees_ahead_turns_the_packed_layers_back_to_dense(monkeypatch):
     import attnflow.stream as stream
 
+    monkeypatch.setattr(stream, "FLOW_PACKED_BYTES", 0)
     state = stream.StreamState(torch.tensor([[3]]), torch.ones(1, 4, dtype=torch.bool), ("flow",), 3)
     g = torch.Generator().manual_seed(0)
     layers = [torch.rand(1, 4, 4, generator=g, dtype=torch.float64) for _ in range(3)]

@@ -14,7 +14,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from attnflow.explain import EXPLAINERS, remove_sinks  # noqa: E402
+from attnflow.explain import EXPLAINERS, normalize_receptive_field, remove_sinks  # noqa: E402
 from attnflow.generate import (  # noqa: E402
     explain_generation,
     explain_generation_grid,
@@ -165,6 +165,30 @@ def test_chefer_targets_each_generated_token_at_its_row(model, sinks):
         r = EXPLAINERS["chefer"](attn, attn_grad=fo.attention_grads[0].double().numpy(), rows=[row])[:, 0]
         r[:, row] -= 1.0  # R - I
         np.testing.assert_allclose(e.maps["chefer"][t].T, np.clip(r, 0, None)[:, : len(PROMPT)], atol=1e-6)
+
+
+def test_chefer_takes_the_column_receptive_field_on_r_minus_i(model):
+    """Column: R - I for every row (clipped), each key's column over its mean over the rows that see
+    it, then the token's row; "uniform" has no baseline for a method with needs: the plain map."""
+    grid = explain_generation_grid(model, Tok(), PROMPT, max_new_tokens=2, methods=["chefer"], normalize=False,
+                                   sinks=("drop",), sink_positions=[0],
+                                   receptive_fields=("none", "uniform", "column"))  # fmt: skip
+    e = grid[("drop", "column")]
+    seq = torch.tensor([[ord(c) - 97 for c in PROMPT] + e.generated_ids[:-1]])
+    tokens = seq.shape[1]
+    for t, (row, g) in enumerate(zip(e.rows, e.generated_ids, strict=True)):
+        fo = forward_attentions(model, {"input_ids": seq}, target=lambda z, row=row, g=g: z[:, row, g])
+        attn = fo.attentions[0].double().numpy()
+        attn = remove_sinks(attn, mode="drop", sinks=[0])  # the rule on the sink-handled attention
+        r = EXPLAINERS["chefer"](
+            attn, attn_grad=fo.attention_grads[0].double().numpy(), rows=list(range(tokens))
+        )
+        r = normalize_receptive_field(np.clip(r - np.eye(tokens), 0, None), mode="column", causal=True)
+        np.testing.assert_allclose(e.maps["chefer"][t].T, r[:, row, : len(PROMPT)], atol=1e-6)
+    np.testing.assert_array_equal(
+        grid[("drop", "uniform")].maps["chefer"], grid[("drop", "none")].maps["chefer"]
+    )
+    assert not np.allclose(e.maps["chefer"], grid[("drop", "none")].maps["chefer"])
 
 
 def test_the_grid_shares_one_generation_and_matches_single_calls(model):

@@ -15,8 +15,9 @@ R = I + sum of gradient-weighted attention, Chefer et al. ICCV 2021) the target 
 g_t at row P + t - 1 and the map is R - I: the identity (a token's relevance to itself before any
 attention) is left out, as Chefer et al. leave out the explained token's self-relevance.
 `sinks` (attnflow.explain.causal) applies to every method (for chefer: the rule runs on the
-sink-handled attention, with the model's gradient); `receptive_field` to raw, rollout and flow
-(it is a no-op for raw: uniform attention's raw map is constant on each row).
+sink-handled attention, with the model's gradient); `receptive_field` "uniform" to raw, rollout
+and flow (it is a no-op for raw: uniform attention's raw map is constant on each row), "column"
+to every method (for chefer: on R - I; see `attnflow.generate.gradient_maps`).
 
 >>> import torch, transformers
 >>> _ = torch.manual_seed(0)
@@ -80,7 +81,9 @@ class _Run:
     generated_ids: list[int]
     attn: np.ndarray | None  # (L, H, T, T) float64, T = P + n - 1; None on the stream
     logprobs: np.ndarray  # (n,)
-    gradient: dict[str, dict[str, np.ndarray]]  # method -> sink mode -> (n, L, T), row P + t - 1, target g_t
+    gradient: dict[
+        str, dict[tuple[str, str], np.ndarray]
+    ]  # method -> (sink mode, receptive field) -> (n, L, T), row P + t - 1, target g_t
     generate_kwargs: dict[str, Any]
     model_maps: dict[str, np.ndarray] = field(default_factory=dict)  # model-level method -> (n, L, T)
     # method -> sink mode -> (n, L, T), like `gradient`, computed on the stream
@@ -320,7 +323,7 @@ def _explanation(
         if name in run.streamed:
             full = run.streamed[name][mode]  # (n, L, T)
         elif name in run.gradient:
-            full = run.gradient[name][mode]  # (n, L, T)
+            full = run.gradient[name][(mode, receptive_field)]  # (n, L, T)
         elif name in run.model_maps:
             full = run.model_maps[name]  # (n, L, T); the same under every sink / receptive-field option
         else:
@@ -403,8 +406,8 @@ def explain_generation(
     sink_min_rows and sink_scope on the whole teacher-forced sequence; or positions / a
     [layer, head, key] mask);
     receptive_field: "none", "uniform" or "column" (`attnflow.explain.normalize_receptive_field`).
-    sinks applies to every method, receptive_field to raw, rollout and flow (chefer has no uniform
-    baseline). generate_kwargs: any ``model.generate``
+    sinks applies to every method; receptive_field "column" to every method, "uniform" to raw,
+    rollout and flow (chefer has no uniform baseline: its map stays the plain one). generate_kwargs: any ``model.generate``
     settings (default greedy: do_sample=False); seed seeds torch before generating.
     completion_ids: explain this completion instead of generating one. residual / heads: as in
     `attnflow.explain.EXPLAINERS`. normalize: shares over the shown columns (`coverage` keeps
@@ -504,7 +507,7 @@ def explain_generation_grid(
     needing_grad = [m for m in names if METHODS[m].kind == "attention" and METHODS[m].needs]
     if needing_grad:
         modes = list(dict.fromkeys(sink_mode(s) for s in sinks))
-        run.gradient = gradient_maps(model, run, needing_grad, modes, mask, grad_batch_size)
+        run.gradient = gradient_maps(model, run, needing_grad, modes, mask, grad_batch_size, fields)
     run.model_maps = {m: METHODS[m].generator(model, run) for m in names if METHODS[m].kind == "model"}
     out = {}
     for s in sinks:

@@ -171,13 +171,12 @@ class StreamState:
         is padded, else dense; a later layer that sees ahead turns the layers kept so far back to
         dense."""
         batch, tokens = a.shape[0], a.shape[-1]
-        ahead = bool(a.triu(1).any())
         if self.caps is None:
             big = self.n_layers * tokens * tokens * 8 > FLOW_PACKED_BYTES
-            self.packed = big and self.full and not ahead
+            self.packed = big and self.full and not bool(a.triu(1).any())
             shape = (tokens * (tokens + 1) // 2,) if self.packed else (tokens, tokens)
             self.caps = np.empty((batch, self.n_layers, *shape))
-        if self.packed and ahead:
+        elif self.packed and bool(a.triu(1).any()):  # checked only while packed: dense keeps every entry
             dense = np.zeros((batch, self.n_layers, tokens, tokens))
             dense[:, : self.layer, np.tri(tokens, dtype=bool)] = self.caps[:, : self.layer]
             self.caps, self.packed = dense, False

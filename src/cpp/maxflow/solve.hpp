@@ -56,12 +56,12 @@ inline double resolve(const double* C, const double* bcap, WS& ws, double supply
     return push_relabel(C, bcap, ws, false, 0, value, std::min(supply_sum, ub)).value;
 }
 
-// One warm-started sweep: supply `fixed` (n,), sink capacities vary[q] (n,) for q < count. The
-// first problem starts from zero flow, each next one from the previous preflow (resolve).
-// out_vals[q] = the max-flow value of problem q. Leaves the workspace dirty (reset with -1).
-template <class WS>
-inline void sweep(const double* C, const double* fixed, const double* vary, i64 count, WS& ws,
-                  double* out_vals) {
+// One warm-started sweep: supply `fixed` (n,), sink capacities bcap_of(q) (a pointer to n values,
+// valid until the next call) for q < count. The first problem starts from zero flow, each next one
+// from the previous preflow (resolve). out_vals[q] = the max-flow value of problem q. Leaves the
+// workspace dirty (reset with -1).
+template <class WS, class Bcap>
+inline void sweep_with(const double* C, const double* fixed, Bcap bcap_of, i64 count, WS& ws, double* out_vals) {
     const i64 K = ws.K, n = ws.n;
     double sa = 0.0;
     for (i64 k = 0; k < n; ++k) sa += fixed[k];
@@ -73,7 +73,14 @@ inline void sweep(const double* C, const double* fixed, const double* vary, i64 
     const i64 top = (K - 1) * n;
     for (i64 k = 0; k < n; ++k)
         if (fixed[k] > RESIDUAL_EPS) ws.e[top + k] = fixed[k];
-    for (i64 q = 0; q < count; ++q) out_vals[q] = resolve(C, vary + q * n, ws, sa);
+    for (i64 q = 0; q < count; ++q) out_vals[q] = resolve(C, bcap_of(q), ws, sa);
+}
+
+// sweep_with over the rows of vary (count, n).
+template <class WS>
+inline void sweep(const double* C, const double* fixed, const double* vary, i64 count, WS& ws,
+                  double* out_vals) {
+    sweep_with(C, fixed, [vary, n = ws.n](i64 q) { return vary + q * n; }, count, ws, out_vals);
 }
 
 }  // namespace maxflow

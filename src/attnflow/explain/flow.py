@@ -16,7 +16,7 @@ from ._common import (
     prepare,
     row_sums,
 )
-from ._maxflow import _kernels, layered_max_flow, lower_max_flow, small_full_flow
+from ._maxflow import _kernels, flow_threads, layered_max_flow, lower_max_flow, small_full_flow
 
 __all__ = ["attention_flow"]
 
@@ -24,6 +24,9 @@ __all__ = ["attention_flow"]
 # checks pass by this margin (row sums computed in another order may differ in the last bits);
 # anything else, or a borderline row, takes the general path, which words the error.
 FAST_MARGIN = 1e-9
+# Attention of at least this many entries (2 MiB of float64) is mixed on the solver's threads (the
+# CPUs free now): a smaller one costs less than waking a thread.
+MIX_THREADS_MIN = 2**18
 
 
 def _fast_caps(attn: Any, residual: float, heads: Any, lengths: Any, mask: Any, renormalize: bool):
@@ -46,7 +49,10 @@ def _fast_caps(attn: Any, residual: float, heads: Any, lengths: Any, mask: Any, 
     batched = attn.ndim == 5
     x = attn if batched else attn[None]  # (B, L, H, T, T)
     # with the checks of `prepare` in the same pass: >= 0, every row summing to 1 (NaN, inf fail)
-    caps = _kernels.mix_heads(np.ascontiguousarray(x), residual, ROW_SUM_TOLS["float64"] - FAST_MARGIN)
+    threads = flow_threads() if x.size >= MIX_THREADS_MIN else 1
+    caps = _kernels.mix_heads(
+        np.ascontiguousarray(x), residual, ROW_SUM_TOLS["float64"] - FAST_MARGIN, threads
+    )
     if caps is None:
         return None
     _kernels.divide_rows(caps, row_sums(caps))  # = normalize_rows, in place on our own array

@@ -3,32 +3,70 @@
 
 #include "workspace.hpp"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace maxflow {
 
-// idx[:n] = positions 0..n-1 by decreasing vals[:n], ties in position order (a stable sort:
-// insertion sort for short rows, merge sort for long ones -- the same permutation).
+// Rows up to this length are ordered by counting ranks (below); longer ones by insertion or
+// merge sort. Both give the same permutation.
+constexpr i64 RANK_MAX_N = 64;
+
+// #{j < m: x[j] >= v} (strict = false) or #{j < m: x[j] > v} (strict = true); a NaN is never
+// counted. Two doubles per step with SSE2 (every x86-64 CPU has it), plain C++ elsewhere.
+template <bool strict>
+inline i64 count_above(const double* x, i64 m, double v) {
+    i64 r = 0, j = 0;
+#if defined(__SSE2__)
+    const __m128d vv = _mm_set1_pd(v);
+    __m128i acc = _mm_setzero_si128();
+    for (; j + 2 <= m; j += 2) {
+        const __m128d xj = _mm_loadu_pd(x + j);
+        const __m128d hit = strict ? _mm_cmpgt_pd(xj, vv) : _mm_cmpge_pd(xj, vv);  // all ones: -1
+        acc = _mm_sub_epi64(acc, _mm_castpd_si128(hit));
+    }
+    r = _mm_cvtsi128_si64(acc) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(acc, acc));
+#endif
+    for (; j < m; ++j) r += (strict ? x[j] > v : x[j] >= v) ? 1 : 0;
+    return r;
+}
+
+// The rank of position i in the order "decreasing vals, ties in position order": how many
+// positions come before it, #{j < i: vals[j] >= v} + #{j > i: vals[j] > v} with v = vals[i].
+// Branch-free: on rows of a few dozen entries it beats an insertion sort, whose comparisons the
+// CPU mispredicts.
+inline i64 rank_desc(const double* vals, i64 i, i64 n) {
+    const double v = vals[i];
+    return count_above<false>(vals, i, v) + count_above<true>(vals + i + 1, n - i - 1, v);
+}
+
+// idx[:n] = positions 0..n-1 by decreasing vals[:n], ties in position order (a stable order:
+// ranks for short rows, merge sort for long ones -- the same permutation).
 inline void order_desc(const double* vals, i64* idx, i64 n) {
-    if (n > 32) {
-        for (i64 q = 0; q < n; ++q) idx[q] = q;
-        std::stable_sort(idx, idx + n, [vals](i64 a, i64 b) { return vals[a] > vals[b]; });
+    if (n <= RANK_MAX_N) {
+        for (i64 i = 0; i < n; ++i) idx[rank_desc(vals, i, n)] = i;
         return;
     }
-    for (i64 q = 0; q < n; ++q) {
-        const double v = vals[q];
-        i64 p = q;
-        while (p > 0 && vals[idx[p - 1]] < v) {
-            idx[p] = idx[p - 1];
-            p -= 1;
-        }
-        idx[p] = q;
-    }
+    for (i64 q = 0; q < n; ++q) idx[q] = q;
+    std::stable_sort(idx, idx + n, [vals](i64 a, i64 b) { return vals[a] > vals[b]; });
 }
 
 // The positions with vals > RESIDUAL_EPS by decreasing vals, ties in position order, into
 // idx[:count]; returns count. The same as the first `count` entries of order_desc (the entries
 // at most RESIDUAL_EPS all sort after them, and the greedy pass stops at the first of those).
+// Short rows by ranks (a position at most RESIDUAL_EPS is never counted before one above it),
+// long ones by insertion.
 inline i64 order_desc_positive(const double* vals, i64* idx, i64 n) {
     i64 count = 0;
+    if (n <= RANK_MAX_N) {
+        for (i64 i = 0; i < n; ++i) {
+            if (!(vals[i] > RESIDUAL_EPS)) continue;
+            idx[rank_desc(vals, i, n)] = i;
+            count += 1;
+        }
+        return count;
+    }
     for (i64 q = 0; q < n; ++q) {
         const double v = vals[q];
         if (!(v > RESIDUAL_EPS)) continue;
@@ -58,10 +96,12 @@ struct GreedyResult {
 // never giving a child more than its remaining rho. What a node cannot place stays as its excess.
 // rho also bounds the maximum: value <= sum_k min(a_k, rho[K-1, k]) (a cut bound).
 // With `have_rho` the caller has put rho in the workspace already, and kids[t] = the positions by
-// decreasing rho[t] for t < K-1. Returns (value, arcs listed in `touched` (-1: overflow), bound).
+// decreasing rho[t] for t < K-1. `a_order` (optional): order_desc_positive of `a`, for a caller
+// that solves many problems from one supply (the top layer's senders, sorted once).
+// Returns (value, arcs listed in `touched` (-1: overflow), bound).
 template <class WS>
 inline GreedyResult greedy(const double* C, const double* a, const double* bcap, WS& ws,
-                           bool have_rho = false) {
+                           bool have_rho = false, const i64* a_order = nullptr, i64 a_count = 0) {
     const i64 K = ws.K, n = ws.n;
     double* F = ws.F.data();
     double* e = ws.e.data();
@@ -93,11 +133,14 @@ inline GreedyResult greedy(const double* C, const double* a, const double* bcap,
         const i64 t = m - 1;
         const i64* children = kids + t * n;
         double* rho_t = rho + t * n;
-        const i64 n_send = order_desc_positive(e + m * n, senders, n);  // fullest first
+        // fullest first (on the top layer, e = a)
+        const bool given = m == K - 1 && a_order != nullptr;
+        const i64 n_send = given ? a_count : order_desc_positive(e + m * n, senders, n);
+        const i64* sending = given ? a_order : senders;
         for (i64 p = 0; p < n; ++p) nxt[p] = p + 1;  // position p -> next; n ends the list; nxt[n] = head
         nxt[n] = 0;
         for (i64 q = 0; q < n_send; ++q) {
-            const i64 i = senders[q];
+            const i64 i = sending[q];
             const i64 x = m * n + i;
             double left = e[x];
             if (left <= RESIDUAL_EPS) break;
@@ -111,7 +154,7 @@ inline GreedyResult greedy(const double* C, const double* a, const double* bcap,
                 const double amt = std::min(std::min(left, cap), rho_t[k]);
                 if (amt > RESIDUAL_EPS) {
                     if (n_touched >= 0 && n_touched < cap_t) {
-                        ws.touched[n_touched] = pack(t, i, k);
+                        ws.touched[n_touched] = pack(t, i, k) | (cap - amt > RESIDUAL_EPS ? 0 : TOUCH_FULL);
                         n_touched += 1;
                     } else {
                         n_touched = -1;

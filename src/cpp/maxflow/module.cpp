@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -30,6 +31,7 @@ Call make_call(const F64& caps, const I64& lengths, const I64& row_b, const I64&
     require(caps.ndim() == 4 && caps.shape(2) == caps.shape(3), "caps must be (B, L, N, N)");
     const i64 B = caps.shape(0), Lmax = caps.shape(1), N = caps.shape(2);
     require(N <= TOUCH_MASK, "at most 2**21 - 1 positions");
+    require(Lmax < TOUCH_LAYERS, "at most 2**20 - 1 layers");
     const i64 R = row_b.size();
     require(lengths.ndim() == 1 && lengths.shape(0) == B, "lengths must be (B,)");
     require(row_b.ndim() == 1 && row_L.ndim() == 1 && row_L.shape(0) == R, "row_b, row_L must be (R,)");
@@ -152,22 +154,26 @@ void run_tasks(const F64& caps, const I64& lengths, const I64& row_b, const I64&
 // In the same pass, the checks of `prepare` on every row of every head: all entries >= 0 and the
 // row sum within `tol` of 1 (a NaN or inf makes the sum fail); None when one fails (the caller
 // then takes the general path, which words the error). The sums here are only compared with
-// the tolerance, so their order does not matter (the caller leaves a margin).
-py::object mix_heads(const F64& attn, double residual, double tol) {
+// the tolerance, so their order does not matter (the caller leaves a margin). The (b, l) matrices are split over up to
+// `threads` threads of the pool (each matrix computed by one thread, in the same order: the
+// same values).
+py::object mix_heads(const F64& attn, double residual, double tol, i64 threads) {
     require(attn.ndim() == 5 && attn.shape(3) == attn.shape(4), "attn must be (B, L, H, T, T)");
     const i64 B = attn.shape(0), L = attn.shape(1), H = attn.shape(2), T = attn.shape(3), TT = T * T;
     require(H >= 1, "attn needs at least one head");
+    require(threads >= 1, "threads must be >= 1");
     py::array_t<double, py::array::c_style> out({B, L, T, T});
     const double* x = attn.data();
     double* o = out.mutable_data();
     const double keep = 1.0 - residual, heads = double(H);
-    bool ok = true;
-    {
-        py::gil_scoped_release release;
-        for (i64 g = 0; g < B * L && ok; ++g) {
+    std::atomic<bool> ok{true};
+    const i64 G = B * L, parts = std::max<i64>(std::min(threads, G), 1);
+    auto mix = [&](i64 part) {
+        for (i64 g = G * part / parts; g < G * (part + 1) / parts && ok.load(std::memory_order_relaxed); ++g) {
             const double* xg = x + g * H * TT;
             double* og = o + g * TT;
-            for (i64 h = 0; h < H && ok; ++h) {
+            bool good = true;
+            for (i64 h = 0; h < H && good; ++h) {
                 const double* xh = xg + h * TT;
                 for (i64 i = 0; i < T; ++i) {
                     const double* row = xh + i * T;
@@ -185,12 +191,20 @@ py::object mix_heads(const F64& attn, double residual, double tol) {
                     }
                     for (; k < T; ++k) s0 += row[k], low = std::min(low, row[k]);
                     const double sum = (s0 + s1) + (s2 + s3);
-                    if (low < 0 || !(std::fabs(sum - 1.0) <= tol)) ok = false;
+                    if (low < 0 || !(std::fabs(sum - 1.0) <= tol)) good = false;
                 }
+            }
+            if (!good) {
+                ok.store(false, std::memory_order_relaxed);
+                return;
             }
             for (i64 k = 0; k < TT; ++k) og[k] = keep * (og[k] / heads);
             for (i64 i = 0; i < T; ++i) og[i * T + i] += residual;
         }
+    };
+    {
+        py::gil_scoped_release release;
+        pool().run(parts, parts, mix);
     }
     if (!ok) return py::none();
     return std::move(out);
@@ -274,7 +288,7 @@ PYBIND11_MODULE(_kernels, m) {
     m.def("run_full_small", &run_full_small,
           "A small call of a full batch: rows, supplies, the small test and run_rows in one step (None: not small).");
     m.def("run_tasks", &run_tasks, "The planned tasks, per worker list, on up to `threads` threads.");
-    m.def("mix_heads", &mix_heads, py::arg("attn"), py::arg("residual"), py::arg("tol"),
+    m.def("mix_heads", &mix_heads, py::arg("attn"), py::arg("residual"), py::arg("tol"), py::arg("threads") = 1,
           "Head mean and residual of (B, L, H, T, T) float64 attention, before the row normalisation; "
           "None when an entry is negative or a row does not sum to 1 within tol.");
     m.def("run_lower_rows", &run_lower_rows, py::arg("caps"), py::arg("n"), py::arg("row_L"), py::arg("supply"),

@@ -12,10 +12,11 @@ namespace maxflow {
 // flow, leaving the workspace at zero flow again. The supply starts as excess on layer K (the
 // source is implicit: its edges stay saturated, which is all phase one of push-relabel needs).
 // Stops at the smallest of the cut bounds min(sum a, sum b, sum_k min(a_k, rho_k)) and `hint`,
-// an upper bound the caller knows (top_down); `have_rho`: see greedy.
+// an upper bound the caller knows (top_down); `have_rho`, `a_order`, `a_count`: see greedy.
 template <class WS>
 inline double solve(const double* C, const double* a, const double* bcap, WS& ws,
-                    double hint = std::numeric_limits<double>::infinity(), bool have_rho = false) {
+                    double hint = std::numeric_limits<double>::infinity(), bool have_rho = false,
+                    const i64* a_order = nullptr, i64 a_count = 0) {
     const i64 n = ws.n;
     double ua = 0.0, ub = 0.0;
     for (i64 k = 0; k < n; ++k) {
@@ -24,7 +25,7 @@ inline double solve(const double* C, const double* a, const double* bcap, WS& ws
     }
     double upper = std::min(std::min(ua, ub), hint);
     if (upper <= RESIDUAL_EPS) return 0.0;
-    const GreedyResult gr = greedy(C, a, bcap, ws, have_rho);
+    const GreedyResult gr = greedy(C, a, bcap, ws, have_rho, a_order, a_count);
     upper = std::min(upper, gr.bound);
     if (gr.value >= upper - STOP_TOL) {  // the greedy pass reached a bound; it wrote no residual bits
         reset(C, ws, gr.n_touched, false);

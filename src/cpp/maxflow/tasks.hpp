@@ -196,6 +196,7 @@ inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
     const i64 Kmax = std::max<i64>(c.Lmax - 1, 1);
     i64 n = -1, b = -1, L = -1, K = 1;
     std::vector<double> a(N), bcol(N);
+    std::vector<i64> a_order(N);
     ColdScratch& scratch = cold_scratch();
     std::vector<double> net_f;  // the forward network of a padded sample (else read in place)
     const double* Cf = nullptr;
@@ -228,6 +229,11 @@ inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
             std::fill(depth.begin(), depth.end(), 0);
         }
         if (new_sample || c.row_L[r] != L) {  // a new network
+            // the same sample one layer up, read in place: the network so far is the new one's
+            // bottom, at zero flow with its residual bits (every solve leaves it so); only the
+            // matrices above it are reset
+            const bool grows = !new_sample && n == N && c.row_L[r] > L;
+            const i64 kept = grows ? std::max<i64>(K - 1, 0) : 0;
             L = c.row_L[r];
             K = L - 1;
             wsf = scratch.space(scratch.space_f, K);
@@ -238,7 +244,7 @@ inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
                 fill_network(c, b, L, n, false, net_f.data());
                 Cf = net_f.data();
             }
-            reset(Cf, *wsf, -1);
+            reset_from(Cf, *wsf, kept);
             reversed_ready = false;
         }
         double sa = 0.0;
@@ -246,6 +252,7 @@ inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
             a[k] = c.supply[r * N + k];
             sa += a[k];
         }
+        const i64 a_count = order_desc_positive(a.data(), a_order.data(), n);  // greedy's top senders
         top_down(Cf, a.data(), K, n, N, sigma.data());
         sorted_sigma = false;
         const i64 jend = std::min(j1, n);
@@ -283,7 +290,7 @@ inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
                     for (i64 k = 0; k < n; ++k) wsf->rho[m * n + k] = rho_f[(slot * Kmax + m) * n + k];
                 for (i64 m = 0; m < K - 1; ++m)
                     for (i64 k = 0; k < n; ++k) wsf->kids[m * n + k] = ord_f[(slot * Kmax + m) * n + k];
-                c.out[r * N + j] = solve(Cf, a.data(), bcol.data(), *wsf, hint, true);
+                c.out[r * N + j] = solve(Cf, a.data(), bcol.data(), *wsf, hint, true, a_order.data(), a_count);
             }
         }
     }

@@ -134,41 +134,45 @@ struct WorkspaceT {
 
 using Workspace = WorkspaceT<Dense>;
 
-// Refresh the residual bits of the arc (t+2, i) -> (t+1, k) after its flow changed.
+// Refresh the residual bits of the arc (t+2, i) -> (t+1, k) after its flow changed. Branch-free
+// (whether an arc is saturated after a push is what a CPU cannot predict): each bit is cleared,
+// then set from a mask of all ones or zeros.
 template <class WS>
 inline void arc_bits(const double* C, WS& ws, i64 t, i64 i, i64 k) {
     const i64 a = ws.geo.arc(t, i, k);
     const double f = ws.F[a];
     const u64 bk = bit(k), bi = bit(i);
     const i64 wk = k >> 6, wi = i >> 6;
-    if (C[a] - f > RESIDUAL_EPS) {
-        ws.down_(t, i, wk) |= bk;
-        ws.downT_(t, k, wi) |= bi;
-    } else {
-        ws.down_(t, i, wk) &= ~bk;
-        ws.downT_(t, k, wi) &= ~bi;
-    }
-    if (f > RESIDUAL_EPS) {
-        ws.up_(t, k, wi) |= bi;
-        ws.upT_(t, i, wk) |= bk;
-    } else {
-        ws.up_(t, k, wi) &= ~bi;
-        ws.upT_(t, i, wk) &= ~bk;
-    }
+    const u64 residual = u64(0) - u64(C[a] - f > RESIDUAL_EPS);  // all ones if the arc has room
+    const u64 flowing = u64(0) - u64(f > RESIDUAL_EPS);          // all ones if it carries flow
+    u64& down = ws.down_(t, i, wk);
+    u64& downT = ws.downT_(t, k, wi);
+    u64& up = ws.up_(t, k, wi);
+    u64& upT = ws.upT_(t, i, wk);
+    down = (down & ~bk) | (bk & residual);
+    downT = (downT & ~bi) | (bi & residual);
+    up = (up & ~bi) | (bi & flowing);
+    upT = (upT & ~bk) | (bk & flowing);
 }
 
 // An entry of `touched` names the arc (t+2, i) -> (t+1, k) as t << 42 | i << 21 | k (shifts, not
-// divisions: resets walk this list after every solve).
+// divisions: resets walk this list after every solve), plus TOUCH_FULL where the greedy pass
+// left the arc without residual (t < 2**20).
 constexpr int TOUCH_SHIFT = 21;
 constexpr i64 TOUCH_MASK = (i64(1) << TOUCH_SHIFT) - 1;
+constexpr i64 TOUCH_FULL = i64(1) << 62;
+constexpr i64 TOUCH_LAYERS = i64(1) << 20;
 inline i64 pack(i64 t, i64 i, i64 k) { return (t << (2 * TOUCH_SHIFT)) | (i << TOUCH_SHIFT) | k; }
 inline void unpack(i64 idx, i64& t, i64& i, i64& k) {
-    t = idx >> (2 * TOUCH_SHIFT);
+    t = (idx >> (2 * TOUCH_SHIFT)) & (TOUCH_LAYERS - 1);
     i = (idx >> TOUCH_SHIFT) & TOUCH_MASK;
     k = idx & TOUCH_MASK;
 }
 
-// Residual bits from the flow: of the `n_touched` listed arcs, or of every arc if negative.
+// Residual bits from the flow: of every arc (n_touched < 0), or of the `n_touched` arcs the
+// greedy pass listed. Those went from zero flow (their bits: room, no flow) to a flow above
+// RESIDUAL_EPS, and the greedy pass marked the ones it left without room (TOUCH_FULL): their
+// bits follow without reading C or F (the same bits arc_bits gives).
 template <class WS>
 inline void sync_bits(const double* C, WS& ws, i64 n_touched) {
     const i64 K = ws.K, n = ws.n;
@@ -176,45 +180,74 @@ inline void sync_bits(const double* C, WS& ws, i64 n_touched) {
         for (i64 t = 0; t < K - 1; ++t)
             for (i64 i = 0; i < n; ++i)
                 for (i64 k = 0; k < ws.geo.end(i); ++k) arc_bits(C, ws, t, i, k);
-    } else {
-        for (i64 q = 0; q < n_touched; ++q) {
-            i64 t, i, k;
-            unpack(ws.touched[q], t, i, k);
-            arc_bits(C, ws, t, i, k);
-        }
+        return;
     }
+    for (i64 q = 0; q < n_touched; ++q) {
+        const i64 entry = ws.touched[q];
+        i64 t, i, k;
+        unpack(entry, t, i, k);
+        const u64 bk = bit(k), bi = bit(i);
+        const i64 wk = k >> 6, wi = i >> 6;
+        ws.up_(t, k, wi) |= bi;
+        ws.upT_(t, i, wk) |= bk;
+        const u64 keep = (entry & TOUCH_FULL) != 0 ? u64(0) : ~u64(0);  // clear the room bits if full
+        ws.down_(t, i, wk) &= ~bk | keep;
+        ws.downT_(t, k, wi) &= ~bi | keep;
+    }
+}
+
+// Matrices t0.. of the network back to zero flow, with the residual bits of C (flows and bits
+// of the matrices below t0 are left as they are); excess and sink flows zero.
+template <class WS>
+inline void reset_from(const double* C, WS& ws, i64 t0) {
+    const i64 K = ws.K, n = ws.n, W = ws.W;
+    const i64 M = ws.geo.matrix();
+    if (K - 1 > t0) std::fill(ws.F.begin() + t0 * M, ws.F.begin() + (K - 1) * M, 0.0);
+    for (i64 t = t0; t < K - 1; ++t) {
+        for (i64 i = 0; i < n; ++i)
+            for (i64 w = 0; w < W; ++w) {
+                ws.down_(t, i, w) = 0;
+                ws.downT_(t, i, w) = 0;
+                ws.up_(t, i, w) = 0;
+                ws.upT_(t, i, w) = 0;
+            }
+        for (i64 i = 0; i < n; ++i)
+            for (i64 k = 0; k < ws.geo.end(i); ++k)
+                if (C[ws.geo.arc(t, i, k)] > RESIDUAL_EPS) {
+                    ws.down_(t, i, k >> 6) |= bit(k);
+                    ws.downT_(t, k, i >> 6) |= bit(i);
+                }
+    }
+    for (i64 x = 0; x < K * n; ++x) ws.e[x] = 0.0;
+    for (i64 k = 0; k < n; ++k) ws.g[k] = 0.0;
 }
 
 // Back to zero flow: only the `n_touched` arcs listed in `touched` (the only ones that carried
 // flow) or, if negative, every arc; with `bits`, their residual bits too.
 template <class WS>
 inline void reset(const double* C, WS& ws, i64 n_touched, bool bits = true) {
-    const i64 K = ws.K, n = ws.n, W = ws.W;
+    if (n_touched < 0 && bits) {
+        reset_from(C, ws, 0);
+        return;
+    }
+    const i64 K = ws.K, n = ws.n;
     if (n_touched < 0) {
         std::fill(ws.F.begin(), ws.F.begin() + std::max<i64>(K - 1, 0) * ws.geo.matrix(), 0.0);
-        if (bits) {
-            for (i64 t = 0; t < K - 1; ++t) {
-                for (i64 i = 0; i < n; ++i)
-                    for (i64 w = 0; w < W; ++w) {
-                        ws.down_(t, i, w) = 0;
-                        ws.downT_(t, i, w) = 0;
-                        ws.up_(t, i, w) = 0;
-                        ws.upT_(t, i, w) = 0;
-                    }
-                for (i64 i = 0; i < n; ++i)
-                    for (i64 k = 0; k < ws.geo.end(i); ++k)
-                        if (C[ws.geo.arc(t, i, k)] > RESIDUAL_EPS) {
-                            ws.down_(t, i, k >> 6) |= bit(k);
-                            ws.downT_(t, k, i >> 6) |= bit(i);
-                        }
-            }
-        }
     } else {
+        // back to the bits of C: every listed arc has room at zero flow (it took more than
+        // RESIDUAL_EPS of flow, at most its capacity), and no flow
         for (i64 q = 0; q < n_touched; ++q) {
             i64 t, i, k;
             unpack(ws.touched[q], t, i, k);
             ws.F[ws.geo.arc(t, i, k)] = 0.0;
-            if (bits) arc_bits(C, ws, t, i, k);
+            if (bits) {
+                const u64 bk = bit(k), bi = bit(i);
+                const i64 wk = k >> 6, wi = i >> 6;
+                ws.down_(t, i, wk) |= bk;
+                ws.downT_(t, k, wi) |= bi;
+                ws.up_(t, k, wi) &= ~bi;
+                ws.upT_(t, i, wk) &= ~bk;
+            }
         }
     }
     for (i64 x = 0; x < K * n; ++x) ws.e[x] = 0.0;

@@ -2,6 +2,7 @@
 cached or locked at run time (no temp path of the old compile machinery is touched), threads that
 follow ATTNFLOW_THREADS and the free CPUs; batched relevance equals per-sample relevance."""
 
+import importlib
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ TIGHT = 1e-10
 # Inputs and the values the numba solver (the last commit with it) gave for them: every row of a
 # padded batch (closed forms, cold rows, sweeps), head rows, and CLS rows of 8 layers x 24 tokens.
 REFERENCE = Path(__file__).parent / "data" / "flow_numba_reference.npz"
+PLAN = importlib.import_module("attnflow.explain._maxflow._plan")
 
 
 def stochastic(rng, shape, sharpness=3.0):
@@ -29,7 +31,10 @@ def stochastic(rng, shape, sharpness=3.0):
 
 @pytest.mark.parametrize("threads", ["1", "2", "3"])
 def test_the_values_are_the_numba_kernels_values_bit_for_bit(monkeypatch, threads):
-    # same float64 operations in the same order as the numba kernels: not close, equal
+    # same float64 operations in the same order as the numba kernels: not close, equal -- given the
+    # numba solver's plan, which swept every (sample, layer) of 4+ rows at layer 4+ (the plan now
+    # solves rows of distinct sources problem by problem: see the next test)
+    monkeypatch.setattr(PLAN, "SWEEP_ROWS_PER_SOURCE", 0)
     monkeypatch.setenv("ATTNFLOW_THREADS", threads)
     monkeypatch.setattr(_maxflow, "SERIAL_WORK", 0.0)  # the threaded paths too
     ref = np.load(REFERENCE)
@@ -40,6 +45,20 @@ def test_the_values_are_the_numba_kernels_values_bit_for_bit(monkeypatch, thread
     )
     np.testing.assert_array_equal(
         attention_flow(ref["cls_attn"], sources=0, normalize=False), ref["cls_rows"]
+    )
+
+
+def test_the_plan_for_rows_of_distinct_sources_stays_within_1e12_of_the_numba_values(monkeypatch):
+    # every row of the all-heads map is now solved problem by problem, not swept: the same maxima
+    # reached along other pushes, so the last bits may differ; head rows (sources [0, 2], heads
+    # alike) are still swept, bit for bit
+    monkeypatch.setattr(_maxflow, "SERIAL_WORK", 0.0)
+    ref = np.load(REFERENCE)
+    attn, lengths = ref["attn"], ref["lengths"]
+    every_row = attention_flow(attn, lengths=lengths, normalize=False)
+    np.testing.assert_allclose(every_row, ref["every_row"], rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(
+        head_flow(attn, lengths=lengths, sources=[0, 2], normalize=False), ref["head_rows"]
     )
 
 

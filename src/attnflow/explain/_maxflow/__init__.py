@@ -26,8 +26,9 @@ every input node (0, j), for many (sample, layer, source) at once. Structure use
   run at all) and otherwise leaves little to do. Each problem runs from the end with the smaller
   trivial cut (the reversed network is the same kind of network with transposed matrices).
 * Many problems share one network: for a fixed (sample, layer) they differ only in the supply a
-  (the source row) and the sink capacities b (the sink column). With many source rows (every row
-  of every layer, per head) and 4+ layers, each sink j is one "sweep" on the reversed network:
+  (the source row) and the sink capacities b (the sink column). With many source rows that come
+  in runs of alike rows (per-head flow: the heads of one source; `_plan.SWEEP_ROWS_PER_SOURCE`)
+  and 4+ layers, each sink j is one "sweep" on the reversed network:
   supply = column j of A_1 (fixed), sink capacities = the rows, taken in an order that keeps
   consecutive rows alike (grouped by their largest entry, i.e. by source position), each problem
   warm-started from the previous one's preflow. New sink capacities keep the preflow valid once
@@ -35,9 +36,10 @@ every input node (0, j), for many (sample, layer, source) at once. Structure use
   exact and push-relabel continues to the new maximum. Excess that cannot reach the sink stays
   where it is (phase one of push-relabel only). With 3 layers the greedy start alone beats sweeps.
 * Work is split into tasks (closed-form rows, rows solved problem by problem, or a sweep over some
-  sinks of one (sample, layer)) spread over the extension's threads, longest first; a call with
-  fewer problem-by-problem tasks than threads cuts them into sink ranges (every problem starts from
-  zero flow, so the values do not change); a small call runs on the calling thread.
+  sinks of one (sample, layer)), taken by the extension's threads longest first, each thread
+  taking the next task as it frees up; a call with fewer problem-by-problem tasks than threads
+  cuts them into sink ranges (every problem starts from zero flow, so the values do not change);
+  a small call runs on the calling thread.
 * A small call (<= SMALL_ROWS rows, none swept, e.g. CLS flow of one sample) skips the plan: one
   kernel (`run_rows`) runs the closed forms and the sink ranges of the other rows, the same
   kernels as the planned path. Without padding, `small_full_flow` does the whole call -- the
@@ -70,6 +72,7 @@ __all__ = [
     "PROGRESS_WORK",
     "RESIDUAL_EPS",
     "STOP_TOL",
+    "flow_threads",
     "layered_max_flow",
     "lower_max_flow",
     "small_full_flow",
@@ -106,7 +109,7 @@ def _execute(
         )
         return
     kind, t0, t1, t2, t3, sub_cost = _split_sinks(plan, tasks, threads)
-    worker_ptr, worker_tasks = _assign(sub_cost, threads)
+    worker_ptr, worker_tasks = _assign(sub_cost)
     _kernels.run_tasks(
         caps,
         lengths,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import heapq
 import itertools
 
 import numpy as np
@@ -15,6 +14,13 @@ SWEEP_ROWS_MIN = 4
 # Sweeps only from this source layer up: with one middle layer (L = 3) the greedy start alone
 # leaves almost nothing for push-relabel, which beats warm-starting (measured on SST-2 attention).
 SWEEP_LAYERS_MIN = 4
+# ... and only when its rows come in runs of alike rows: at least this many rows per source
+# position (the largest entry of a residual-mixed row), as with the heads of one source (per-head
+# flow). Rows of distinct sources, as in every row of the all-heads map, gain nothing from a warm
+# start and are solved problem by problem: all pairs of 12 layers x 128 tokens 3.9 s against
+# 5.4 s swept (random attention, 2 threads), SST-2's every-row maps 1.37 s against 1.9 s; SST-2's
+# per-head rows 14.0 s swept against 15.5 s (benchmarks/flow_speed.py, 2026-11-26).
+SWEEP_ROWS_PER_SOURCE = 2
 # Sinks per sweep task: enough to amortise a sweep's start, few enough to balance the threads.
 SWEEP_CHUNK = 8
 # A call of at most this many rows, none of them swept, runs without a plan (`_small`).
@@ -63,6 +69,11 @@ def _plan(row_b: np.ndarray, row_L: np.ndarray, lengths: np.ndarray, supply: np.
     g_rows[-1] = n_rows - starts[-1]
     g_L = row_L[starts]
     sweep_g = (g_rows >= SWEEP_ROWS_MIN) & (g_L >= SWEEP_LAYERS_MIN)
+    if sweep_g.any():  # rows per source position, see SWEEP_ROWS_PER_SOURCE
+        group = np.repeat(np.arange(starts.size), g_rows)
+        key = np.unique(group * supply.shape[1] + np.argmax(supply, axis=1))
+        sources = np.bincount(key // supply.shape[1], minlength=starts.size)
+        sweep_g &= g_rows >= SWEEP_ROWS_PER_SOURCE * sources
     g_kind = np.where(g_L <= 2, 0, 2 - sweep_g)  # 0 closed form, 1 swept, 2 problem by problem
     row_kind = np.repeat(g_kind, g_rows)
     order = np.argsort(row_kind, kind="stable")  # stable: still sorted by (b, L)
@@ -128,19 +139,13 @@ def _split_sinks(plan, tasks: np.ndarray, n_workers: int):
     return [np.array(col, np.int64) for col in cols[:5]] + [np.array(cols[5], np.float64)]
 
 
-def _assign(cost: np.ndarray, n_workers: int) -> tuple[np.ndarray, np.ndarray]:
-    """Longest task first onto the least loaded worker (the lowest-numbered of equals)."""
-    heap = [(0.0, w) for w in range(n_workers)]
-    assigned: list[list[int]] = [[] for _ in range(n_workers)]
-    costs = cost.tolist()
-    for t in np.argsort(-cost, kind="stable").tolist():
-        load, w = heapq.heappop(heap)
-        assigned[w].append(t)
-        heapq.heappush(heap, (load + costs[t], w))
-    worker_ptr = np.zeros(n_workers + 1, dtype=np.int64)
-    worker_ptr[1:] = np.cumsum([len(a) for a in assigned])
-    worker_tasks = np.asarray([t for a in assigned for t in a], dtype=np.int64)
-    return worker_ptr, worker_tasks
+def _assign(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The tasks longest first, each a job of its own (`run_tasks`' worker lists of one task): the
+    pool's threads take the next job as they free up, so a task whose estimate is off holds up
+    no thread's queue. (Until 2026-11-26 the tasks were dealt out beforehand, longest first onto
+    the least loaded thread: on Table-1 CLS flow the threads then finished up to 10% apart.)"""
+    worker_tasks = np.argsort(-cost, kind="stable").astype(np.int64)
+    return np.arange(cost.size + 1, dtype=np.int64), worker_tasks
 
 
 def _rounds(cost: np.ndarray, n_rounds: int) -> list[np.ndarray]:

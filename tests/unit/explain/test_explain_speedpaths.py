@@ -72,14 +72,19 @@ def test_plan_sweeps_many_rows_and_solves_few_rows_on_their_own():
     assert np.all(cost > 0)
 
 
-def test_plan_sweeps_runs_of_alike_rows_and_solves_rows_of_distinct_sources_on_their_own():
+@pytest.mark.parametrize("alike_from_n", [8, 9])
+def test_plan_sweeps_runs_of_alike_rows_and_solves_rows_of_distinct_sources_on_their_own(
+    monkeypatch, alike_from_n
+):
     # layer 6 of one sample, 8 tokens: every source once (its largest entry on itself, as in a
-    # residual-mixed map) -> problem by problem; three heads of each source -> swept
+    # residual-mixed map) -> problem by problem from SWEEP_ALIKE_FROM_N tokens, swept below;
+    # three heads of each source -> swept
+    monkeypatch.setattr(PLAN, "SWEEP_ALIKE_FROM_N", alike_from_n)
     n = 8
     rng = np.random.default_rng(3)
     own = 0.5 * np.eye(n) + 0.5 * stochastic(rng, (n, n))
     heads = np.concatenate([0.5 * np.eye(n) + 0.5 * stochastic(rng, (n, n)) for _ in range(3)])
-    for supply, swept in ((own, False), (heads, True)):
+    for supply, swept in ((own, n < alike_from_n), (heads, True)):
         rows = supply.shape[0]
         kind = _plan(np.zeros(rows, np.int64), np.full(rows, 6), np.array([n]), supply)[1]
         assert (1 in kind) == swept and (2 in kind) == (not swept)
@@ -88,10 +93,10 @@ def test_plan_sweeps_runs_of_alike_rows_and_solves_rows_of_distinct_sources_on_t
 @pytest.mark.parametrize("sweep_every_row", [False, True])
 @pytest.mark.parametrize("zeros, ties", [(0.0, False), (0.4, False), (0.0, True)])
 def test_every_row_of_every_layer_equals_networkx(monkeypatch, zeros, ties, sweep_every_row):
-    # 5 layers x 6 tokens, all rows: layers 4-5 solved problem by problem (rows of distinct
-    # sources) or, forced, swept; layer 3 solved on its own, 1-2 closed
-    if sweep_every_row:
-        monkeypatch.setattr(PLAN, "SWEEP_ROWS_PER_SOURCE", 0)
+    # 5 layers x 6 tokens, all rows: layers 4-5 swept or (as from SWEEP_ALIKE_FROM_N tokens, forced
+    # here) solved problem by problem; layer 3 solved on its own, 1-2 closed
+    if not sweep_every_row:
+        monkeypatch.setattr(PLAN, "SWEEP_ALIKE_FROM_N", 0)
     rng = np.random.default_rng(1)
     if ties:
         caps = stochastic(rng, (5, 6, 6), ties=True)

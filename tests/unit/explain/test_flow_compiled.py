@@ -31,10 +31,8 @@ def stochastic(rng, shape, sharpness=3.0):
 
 @pytest.mark.parametrize("threads", ["1", "2", "3"])
 def test_the_values_are_the_numba_kernels_values_bit_for_bit(monkeypatch, threads):
-    # same float64 operations in the same order as the numba kernels: not close, equal -- given the
-    # numba solver's plan, which swept every (sample, layer) of 4+ rows at layer 4+ (the plan now
-    # solves rows of distinct sources problem by problem: see the next test)
-    monkeypatch.setattr(PLAN, "SWEEP_ROWS_PER_SOURCE", 0)
+    # same float64 operations in the same order as the numba kernels: not close, equal (24 tokens:
+    # every (sample, layer) of 4+ rows at layer 4+ is swept, as the numba solver did)
     monkeypatch.setenv("ATTNFLOW_THREADS", threads)
     monkeypatch.setattr(_maxflow, "SERIAL_WORK", 0.0)  # the threaded paths too
     ref = np.load(REFERENCE)
@@ -48,10 +46,11 @@ def test_the_values_are_the_numba_kernels_values_bit_for_bit(monkeypatch, thread
     )
 
 
-def test_the_plan_for_rows_of_distinct_sources_stays_within_1e12_of_the_numba_values(monkeypatch):
-    # every row of the all-heads map is now solved problem by problem, not swept: the same maxima
-    # reached along other pushes, so the last bits may differ; head rows (sources [0, 2], heads
-    # alike) are still swept, bit for bit
+def test_rows_of_distinct_sources_solved_one_by_one_stay_within_1e12_of_the_numba_values(monkeypatch):
+    # the plan for 64+ tokens, forced here: every row of the all-heads map solved problem by
+    # problem, not swept -- the same maxima reached along other pushes, so the last bits may
+    # differ; head rows (sources [0, 2], heads alike) are still swept, bit for bit
+    monkeypatch.setattr(PLAN, "SWEEP_ALIKE_FROM_N", 0)
     monkeypatch.setattr(_maxflow, "SERIAL_WORK", 0.0)
     ref = np.load(REFERENCE)
     attn, lengths = ref["attn"], ref["lengths"]

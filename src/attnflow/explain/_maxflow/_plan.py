@@ -14,13 +14,19 @@ SWEEP_ROWS_MIN = 4
 # Sweeps only from this source layer up: with one middle layer (L = 3) the greedy start alone
 # leaves almost nothing for push-relabel, which beats warm-starting (measured on SST-2 attention).
 SWEEP_LAYERS_MIN = 4
-# ... and only when its rows come in runs of alike rows: at least this many rows per source
-# position (the largest entry of a residual-mixed row), as with the heads of one source (per-head
-# flow). Rows of distinct sources, as in every row of the all-heads map, gain nothing from a warm
-# start and are solved problem by problem: all pairs of 12 layers x 128 tokens 3.9 s against
-# 5.4 s swept (random attention, 2 threads), SST-2's every-row maps 1.37 s against 1.9 s; SST-2's
-# per-head rows 14.0 s swept against 15.5 s (benchmarks/flow_speed.py, 2026-11-26).
+# ... and, from SWEEP_ALIKE_FROM_N tokens, only when its rows come in runs of alike rows: at least
+# SWEEP_ROWS_PER_SOURCE rows per source position (the largest entry of a residual-mixed row), as
+# with the heads of one source (per-head flow). Rows of distinct sources, as in every row of the
+# all-heads map, gain nothing from a warm start (taken in nearest-neighbour or random order they
+# cost the same) and are solved problem by problem: all pairs of 12 layers x 64 tokens 0.36 s
+# against 0.55 s swept, x 128 tokens 3.8 s against 5.4 s (random attention, 2 threads). Shorter
+# inputs -- the study's, up to 55 tokens -- keep their sweeps, so their maps stay bit for bit what
+# they were: solved problem by problem, SST-2's every-row flow moved by at most 3e-16 (1.4 s
+# against 1.9 s per 96 sentences), yet its Spearman correlations by up to 5e-3, since 14,786 pairs
+# of tokens tie to within 1e-12 and the float noise orders them (benchmarks/flow_speed.py and
+# docs/performance.md, 2026-11-26).
 SWEEP_ROWS_PER_SOURCE = 2
+SWEEP_ALIKE_FROM_N = 64
 # Sinks per sweep task: enough to amortise a sweep's start, few enough to balance the threads.
 SWEEP_CHUNK = 8
 # A call of at most this many rows, none of them swept, runs without a plan (`_small`).
@@ -69,11 +75,12 @@ def _plan(row_b: np.ndarray, row_L: np.ndarray, lengths: np.ndarray, supply: np.
     g_rows[-1] = n_rows - starts[-1]
     g_L = row_L[starts]
     sweep_g = (g_rows >= SWEEP_ROWS_MIN) & (g_L >= SWEEP_LAYERS_MIN)
-    if sweep_g.any():  # rows per source position, see SWEEP_ROWS_PER_SOURCE
+    long_g = lengths[row_b[starts]] >= SWEEP_ALIKE_FROM_N
+    if (sweep_g & long_g).any():  # rows per source position, see SWEEP_ROWS_PER_SOURCE
         group = np.repeat(np.arange(starts.size), g_rows)
         key = np.unique(group * supply.shape[1] + np.argmax(supply, axis=1))
         sources = np.bincount(key // supply.shape[1], minlength=starts.size)
-        sweep_g &= g_rows >= SWEEP_ROWS_PER_SOURCE * sources
+        sweep_g &= ~long_g | (g_rows >= SWEEP_ROWS_PER_SOURCE * sources)
     g_kind = np.where(g_L <= 2, 0, 2 - sweep_g)  # 0 closed form, 1 swept, 2 problem by problem
     row_kind = np.repeat(g_kind, g_rows)
     order = np.argsort(row_kind, kind="stable")  # stable: still sorted by (b, L)

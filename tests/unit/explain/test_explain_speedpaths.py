@@ -311,3 +311,23 @@ def test_cutting_tasks_into_sink_ranges_changes_no_value(workers):
         cut,
     )
     np.testing.assert_array_equal(cut, whole)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_the_head_mean_on_several_threads_is_the_one_thread_mean_bit_for_bit(threads):
+    rng = np.random.default_rng(11)
+    attn = stochastic(rng, (5, 3, 4, 9, 9))  # 15 (sample, layer) matrices: uneven parts
+    one = _kernels.mix_heads(attn, 0.5, 1e-6, 1)
+    np.testing.assert_array_equal(_kernels.mix_heads(attn, 0.5, 1e-6, threads), one)
+    mean = 0.5 * attn.mean(axis=2) + 0.5 * np.eye(9)  # numpy's order: heads added, then / H
+    np.testing.assert_array_equal(one, mean)
+    bad = attn.copy()
+    bad[4, 2, 1, 3, 0] = -0.1  # the last part's check fails: no capacities at all
+    assert _kernels.mix_heads(bad, 0.5, 1e-6, threads) is None
+
+
+def test_tasks_are_jobs_of_their_own_longest_first():
+    cost = np.array([3.0, 9.0, 1.0, 9.0, 5.0])
+    worker_ptr, worker_tasks = _assign(cost)
+    assert worker_ptr.tolist() == [0, 1, 2, 3, 4, 5]
+    assert worker_tasks.tolist() == [1, 3, 4, 0, 2]  # ties in task order

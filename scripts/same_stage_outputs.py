@@ -96,7 +96,7 @@ def compare_file(old: Path, new: Path) -> tuple[int, list[str]]:
     """(items compared, the names that differ, each with its largest absolute difference) of one
     output file."""
     if not new.exists():
-        return 1, [f"{new.relative_to(ROOT)} is missing here"]
+        return 1, [f"{new} is missing here"]
     if old.suffix == ".parquet":
         return 1, [] if pd.read_parquet(old).equals(pd.read_parquet(new)) else ["the table"]
     if old.suffix == ".safetensors":

@@ -38,6 +38,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -131,29 +132,24 @@ def row(figure, ours, unit, baseline, base, note="", target=None) -> dict:
 # subprocess (pybind11 loads one build of a module per process), on the same attention.
 REF = {"rev": None}
 REF_TABLE1 = """
-import json, sys, time
+import json, sys
+from pathlib import Path
 import numpy as np
 sys.path.insert(0, sys.argv[1])
 import _gitref
-_gitref.use_site(__import__("pathlib").Path(sys.argv[2]))
-import attnflow.explain as lib
+_gitref.use_site(Path(sys.argv[2]))
+import flow_speed  # this file, now on the revision's attnflow
 attn, reps = np.load(sys.argv[3]), int(sys.argv[4])
-def best(fn, repeats):
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter(); fn(); times.append(time.perf_counter() - t)
-    return min(times)
-single = best(lambda: [lib.attention_flow(a, sources=[0], normalize=False) for a in attn], reps)
-batch = best(lambda: lib.attention_flow(attn, sources=[0], normalize=False), reps * 4)
+lib = flow_speed.lib
+single = flow_speed.best_seconds(lambda: [lib.attention_flow(a, sources=[0], normalize=False) for a in attn], reps)
+batch = flow_speed.best_seconds(lambda: lib.attention_flow(attn, sources=[0], normalize=False), reps * 4)
 print(json.dumps({"single": single, "batch": batch}))
 """
 
 
 def table1_at_ref(attn: np.ndarray, reps: int) -> tuple[float, float]:
-    """Seconds for the Table-1 calls (one per sample, all in one) with the build of REF["rev"]."""
-    import tempfile
-
+    """Seconds for the Table-1 calls (one per sample, all in one) with the build of REF["rev"], timed
+    by this file's `best_seconds` in a process that imports that build."""
     import _gitref
 
     site = _gitref.build_at(REF["rev"])
@@ -461,6 +457,13 @@ def main() -> None:
         help="also time Table 1 with this revision's build, in the same run (e.g. a previous stop)",
     )
     args = parser.parse_args()
+    if args.ref_rev:  # a revision git does not know fails here, before any section runs
+        from _gitref import commit_of
+
+        try:
+            commit_of(args.ref_rev)
+        except subprocess.CalledProcessError:
+            parser.error(f"--ref-rev {args.ref_rev!r}: not a commit of this repository")
     REF["rev"] = args.ref_rev
     names = args.only or list(SECTIONS)
     os.environ.pop("ATTNFLOW_THREADS", None)

@@ -450,7 +450,7 @@ def side(rev: str | None, work: Path, models: Path, samples: int) -> tuple[dict[
     return arrays, json.loads((out / ERRORS).read_text(encoding="utf-8"))
 
 
-def _use_site(site: Path) -> None:
+def use_site(site: Path) -> None:
     """Import attnflow from `site` only: drop the editable install's redirect to the working tree."""
     sys.meta_path[:] = [f for f in sys.meta_path if "ScikitBuild" not in type(f).__name__]
     sys.path.insert(0, str(site))
@@ -473,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.battery:
-        _use_site(args.site)
+        use_site(args.site)
         battery(args.battery, args.models, ROOT, args.study_samples)
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="same_numbers_"))

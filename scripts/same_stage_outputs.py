@@ -30,23 +30,27 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from safetensors.numpy import load_file
+
+# the bit-for-bit comparison of scripts/same_numbers.py (this folder is on the path when the
+# script runs)
+from same_numbers import bit_identical, max_abs_diff
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ("capture", "explain")
 TASKS = ("agreement", "sst2")
-# Runs one stage module of the base: its attnflow first on the path, the editable finder gone.
+# Runs one stage module of the base: its attnflow first on the path (same_numbers.use_site drops
+# the editable finder), then its tree (pipelines/).
 RUNNER = """
 import runpy, sys
-site, tree, module = sys.argv[1:4]
-sys.meta_path[:] = [f for f in sys.meta_path if "ScikitBuild" not in type(f).__name__]
-sys.path[:0] = [site, tree]
-import attnflow
-if not attnflow.__file__.startswith(site):
-    raise SystemExit(f"attnflow came from {attnflow.__file__}, not from {site}")
-sys.argv = [module, *sys.argv[4:]]
+from pathlib import Path
+scripts, site, tree, module = sys.argv[1:5]
+sys.path.insert(0, scripts)
+from same_numbers import use_site
+use_site(Path(site))
+sys.path.insert(1, tree)
+sys.argv = [module, *sys.argv[5:]]
 runpy.run_module(module, run_name="__main__", alter_sys=True)
 """
 
@@ -83,13 +87,12 @@ def build_base(rev: str, work: Path) -> tuple[Path, Path]:
 
 def run_stage(tree: Path, site: Path, stage: str, task: str, work: Path) -> None:
     env = {**os.environ, "DVC_NO_ANALYTICS": "1", "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
-    _run([sys.executable, "-c", RUNNER, str(site), str(tree), f"pipelines.{stage}", task], cwd=tree, env=env)
-
-
-def _max_diff(a: np.ndarray, b: np.ndarray) -> str:
-    if a.shape != b.shape or a.dtype.kind not in "fc" or b.dtype.kind not in "fc":
-        return "?"
-    return f"{np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)), initial=0.0):.1e}"
+    scripts = str(Path(__file__).resolve().parent)
+    _run(
+        [sys.executable, "-c", RUNNER, scripts, str(site), str(tree), f"pipelines.{stage}", task],
+        cwd=tree,
+        env=env,
+    )
 
 
 def compare_file(old: Path, new: Path) -> tuple[int, list[str]]:
@@ -102,13 +105,9 @@ def compare_file(old: Path, new: Path) -> tuple[int, list[str]]:
     if old.suffix == ".safetensors":
         a, b = load_file(old), load_file(new)
         bad = [
-            f"{k} (max |d| {_max_diff(a[k], b[k]) if k in a and k in b else 'missing'})"
+            f"{k} (max |d| {f'{max_abs_diff(a[k], b[k]):.1e}' if k in a and k in b else 'missing'})"
             for k in sorted(set(a) | set(b))
-            if k not in a
-            or k not in b
-            or a[k].dtype != b[k].dtype
-            or a[k].shape != b[k].shape
-            or not np.array_equal(a[k].view(np.uint8), b[k].view(np.uint8))
+            if k not in a or k not in b or not bit_identical(a[k], b[k])
         ]
         return len(set(a) | set(b)), bad
     return 1, [] if old.read_bytes() == new.read_bytes() else ["the bytes"]

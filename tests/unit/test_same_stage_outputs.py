@@ -13,6 +13,7 @@ import pandas as pd
 from safetensors.numpy import save_file
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))  # as when the script runs: same_numbers beside it
 _spec = importlib.util.spec_from_file_location(
     "same_stage_outputs", ROOT / "scripts" / "same_stage_outputs.py"
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from attnflow.attribution.samples import switched_blank_out
-from attnflow.explanation_file import load_study_maps
+from attnflow.explanation_file import load_head_maps, load_study_maps
 from attnflow.io import load_aligned, load_ragged, write_json, write_parquet, write_text
 from attnflow.metrics.tables import CorrelationSettings, configured, curves_frame, metrics_tree, study_frame
 from pipelines import _config, _stage
@@ -19,6 +19,7 @@ def run(cfg: DictConfig, task: str) -> None:
         maps = load_study_maps(paths.maps(task), ids, against=against)
         if missing := [m for m in methods if m not in maps]:
             raise ValueError(f"{paths.maps(task)}: no maps for {missing}; re-run the explain stage")
+        heads = load_head_maps(paths.head_maps(task), ids, importance, against=against)  # of a subset
         switched = {}
         if paths.switched_importance(task).is_file():  # blank-out under each attribution switch
             loaded = load_aligned(paths.switched_importance(task), ids, against=against)
@@ -27,6 +28,7 @@ def run(cfg: DictConfig, task: str) -> None:
             maps, importance, methods=methods, task=task, switched_importance=switched,
             settings=CorrelationSettings(opts.spearman, opts.undefined, dict(opts.include_cls)),
             cls_blanked=cfg.attribution.blank_positions == "all", n_boot=opts.n_boot, ci=opts.ci, seed=cfg.seed,
+            heads=heads,
         )  # fmt: skip
         write_parquet(paths.correlations(task), table)
         write_json(paths.correlations_metrics(task), metrics_tree(table))

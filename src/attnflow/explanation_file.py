@@ -259,3 +259,19 @@ def load_study_maps(path: str | Path, ids: Any, *, against: str) -> dict[str, li
 
     study_maps_header(path)
     return load_aligned(path, ids, against=against)
+
+
+def load_head_maps(
+    path: str | Path, ids: Any, importance: Mapping[str, list[np.ndarray]], *, against: str
+) -> tuple[dict[str, list[np.ndarray]], dict[str, list[np.ndarray]]] | None:
+    """The per-head maps of the explain stage (`save_study_maps` of a subset of the samples ``ids``)
+    and the entries of ``importance`` (in the order of ``ids``, from ``against``) for their samples,
+    in the maps' order; None when there is no such file (``explain.per_head=false``)."""
+    from attnflow.io import align_ids, load_ragged
+
+    if not Path(path).is_file():
+        return None
+    study_maps_header(path)
+    maps, own = load_ragged(path, with_ids=True)
+    where = align_ids(ids, own, what=against, against=str(path), subset=True)
+    return maps, {k: [v[i] for i in where] for k, v in importance.items()}

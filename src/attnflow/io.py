@@ -228,17 +228,23 @@ def load_aligned(path: str | Path, ids: Any, *, against: str) -> dict[str, list[
     return {name: [values[i] for i in order] for name, values in arrays.items()}
 
 
-def align_ids(ids: Any, reference: Any, *, what: str, against: str) -> np.ndarray:
+def align_ids(ids: Any, reference: Any, *, what: str, against: str, subset: bool = False) -> np.ndarray:
     """Positions in ``ids`` of each id of ``reference`` (a join on ``sample_id``); both must hold the
-    same ids. ``what`` / ``against`` name the two files in the error.
+    same ids (with ``subset``: every id of ``reference`` is in ``ids``). ``what`` / ``against`` name
+    the two files in the error.
 
     >>> align_ids([7, 3, 5], [3, 5, 7], what="a", against="b").tolist()
     [1, 2, 0]
+    >>> align_ids([7, 3, 5], [5, 7], what="a", against="b", subset=True).tolist()
+    [2, 0]
     """
     ids, reference = np.asarray(ids), np.asarray(reference)
     if len(set(ids.tolist())) != len(ids):
         raise ArtifactError(f"{what}: repeated sample ids")
-    if set(ids.tolist()) != set(reference.tolist()):
+    if subset and not set(reference.tolist()) <= set(ids.tolist()):
+        lack = sorted(set(reference.tolist()) - set(ids.tolist()))[:5]
+        raise ArtifactError(f"{what}: lacks samples of {against} ({lack}); re-run the stages in order")
+    if not subset and set(ids.tolist()) != set(reference.tolist()):
         extra = sorted(set(ids.tolist()) - set(reference.tolist()))[:5]
         lack = sorted(set(reference.tolist()) - set(ids.tolist()))[:5]
         raise ArtifactError(

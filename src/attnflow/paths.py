@@ -98,6 +98,10 @@ class StudyPaths:
     def maps(self, task: str) -> Path:
         return inside(self.explain, task, key="tasks") / "maps.safetensors"
 
+    def head_maps(self, task: str) -> Path:
+        """The per-head maps (``explain.per_head``), of the samples ``explain.per_head_samples`` chose."""
+        return inside(self.explain, task, key="tasks") / "heads.safetensors"
+
     def importance(self, task: str) -> Path:
         return inside(self.attribute, task, key="tasks") / "importance.safetensors"
 

@@ -158,6 +158,7 @@ class ExplainConfig:
     residual: float = ranged(UNIT)
     heads: str = MISSING
     per_head: bool = MISSING
+    per_head_samples: int | None = ranged(at_least(1, " or null"), None)  # seeded subset (None: all)
     cls_self: str = MISSING  # class-specific maps' CLS-to-CLS entry: authors | keep | min | zero
 
 

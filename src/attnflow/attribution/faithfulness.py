@@ -72,19 +72,42 @@ class _OnceModel:
     """``model`` called at most once per distinct input: the logits of every input row already
     seen are reused (a clean sample recurs in each protocol and ranking; deleting everything, or
     the same top tokens, gives the same input for many rankings). An input row is its real part:
-    ids and mask up to its last real token (padding beyond it changes nothing the model sees)."""
+    ids and mask up to its last real token (padding beyond it changes nothing the model sees).
+
+    With ``recording`` set, a call only notes the rows it has not seen and returns zero logits;
+    :meth:`run_recorded` then forwards them grouped by their real length, each group without
+    padding (deleting tokens shortens a copy: padded to its chunk's longest row, a perturbation
+    curve's copies cost about twice their real length)."""
 
     def __init__(self, model: Any) -> None:
         self.model = model
         self.seen: dict[tuple[bytes, bytes], torch.Tensor] = {}
+        self.recording = False
+        self.recorded: dict[tuple[bytes, bytes], tuple[torch.Tensor, torch.Tensor]] = {}
+        self.n_classes: int | None = None
+
+    @staticmethod
+    def _keys(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[list, list[int]]:
+        mask = attention_mask.cpu()
+        last = (torch.where(mask != 0, torch.arange(mask.shape[1]), -1).amax(dim=1) + 1).tolist()  # (c,)
+        ids = input_ids.cpu()
+        return [
+            (ids[r, :n].numpy().tobytes(), mask[r, :n].numpy().tobytes()) for r, n in enumerate(last)
+        ], last
+
+    def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        with _eval_mode(self.model), torch.no_grad():
+            logits = _logits(self.model(input_ids=input_ids, attention_mask=attention_mask))  # (n, C)
+        self.n_classes = logits.shape[-1]
+        return logits
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        mask = attention_mask.cpu()
-        last = torch.where(mask != 0, torch.arange(mask.shape[1]), -1).amax(dim=1) + 1  # (c,)
-        ids = input_ids.cpu()
-        keys = [
-            (ids[r, :n].numpy().tobytes(), mask[r, :n].numpy().tobytes()) for r, n in enumerate(last.tolist())
-        ]
+        keys, last = self._keys(input_ids, attention_mask)
+        if self.recording and self.n_classes is not None:
+            for r, key in enumerate(keys):
+                if key not in self.seen and key not in self.recorded:
+                    self.recorded[key] = (input_ids[r, : last[r]], attention_mask[r, : last[r]])
+            return torch.zeros((len(keys), self.n_classes), dtype=torch.float64)
         first: dict[tuple[bytes, bytes], int] = {}  # each unseen input once, at its first row
         for r, key in enumerate(keys):
             if key not in self.seen:
@@ -92,13 +115,24 @@ class _OnceModel:
         new = list(first.values())
         if new:
             at = torch.as_tensor(new, device=input_ids.device)
-            with _eval_mode(self.model), torch.no_grad():
-                logits = _logits(
-                    self.model(input_ids=input_ids[at], attention_mask=attention_mask[at])
-                )  # (n, C)
+            logits = self._forward(input_ids[at], attention_mask[at])
             for row, r in enumerate(new):
                 self.seen[keys[r]] = logits[row]
         return torch.stack([self.seen[key] for key in keys])  # (c, C)
+
+    def run_recorded(self, batch_size: int) -> None:
+        """Forward every recorded row, rows of one real length together in chunks of ``batch_size``."""
+        by_length: dict[int, list[tuple[bytes, bytes]]] = {}
+        for key, (ids, _) in self.recorded.items():
+            by_length.setdefault(int(ids.shape[0]), []).append(key)
+        for _, keys in sorted(by_length.items()):
+            for start in range(0, len(keys), batch_size):
+                chunk = keys[start : start + batch_size]
+                ids = torch.stack([self.recorded[k][0] for k in chunk])
+                mask = torch.stack([self.recorded[k][1] for k in chunk])
+                for key, row in zip(chunk, self._forward(ids, mask), strict=True):
+                    self.seen[key] = row
+        self.recorded.clear()
 
 
 def faithfulness_samples(
@@ -143,15 +177,19 @@ def faithfulness_samples(
         ids, mask = pad_batch([rows[i] for i in idx], pad_id)
         ids, mask = ids.to(device), mask.to(device)
         once = _OnceModel(model)  # the batch's clean and perturbed inputs recur across protocols and rankings
+        once(ids, mask)  # the clean inputs (and the number of classes)
+        once.recording = True  # first every curve's inputs, then each distinct one forwarded, by length
         for key in keys:
-            if key == (RANDOM, None):
-                ranking = random_scores(mask, seed=random_seed, sample_index=ids_all[idx])
-            else:
-                ranking = torch.zeros(ids.shape, dtype=torch.float64, device=device)
-                for row, i in enumerate(idx):
-                    ranking[row, : len(rows[i])] = torch.as_tensor(
-                        np.asarray(rankings[key][i], dtype=np.float64)
-                    )
+            for mode, fractions, rounding in PROTOCOLS.values():
+                perturbation_curve(
+                    once, ids, mask, _ranking(key, idx, rows, rankings, ids, mask, ids_all, random_seed),
+                    mode=mode, fractions=fractions, rounding=rounding, replace_id=replace_id, pad_id=pad_id,
+                    keep_positions=keep_positions, batch_size=batch_size,
+                )  # fmt: skip
+        once.recording = False
+        once.run_recorded(batch_size)
+        for key in keys:
+            ranking = _ranking(key, idx, rows, rankings, ids, mask, ids_all, random_seed)
             for protocol, (mode, fractions, rounding) in PROTOCOLS.items():
                 curve = perturbation_curve(
                     once, ids, mask, ranking, mode=mode, fractions=fractions, rounding=rounding,
@@ -184,6 +222,16 @@ def faithfulness_samples(
         ["prob", "accuracy"]
     ].mean()
     return pd.concat(scores, ignore_index=True).astype({"layer": "Int64"}), curves.reset_index()
+
+
+def _ranking(key, idx, rows, rankings, ids, mask, ids_all, random_seed) -> torch.Tensor:
+    """(c, T) scores of ranking ``key`` for the padded batch of samples ``idx``."""
+    if key == (RANDOM, None):
+        return random_scores(mask, seed=random_seed, sample_index=ids_all[idx])
+    ranking = torch.zeros(ids.shape, dtype=torch.float64, device=ids.device)
+    for row, i in enumerate(idx):
+        ranking[row, : len(rows[i])] = torch.as_tensor(np.asarray(rankings[key][i], dtype=np.float64))
+    return ranking
 
 
 def maps_layers(maps: Mapping[str, Sequence[np.ndarray]]) -> int:

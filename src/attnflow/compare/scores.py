@@ -30,8 +30,16 @@ def logits_forward(model: Any) -> Any:
     """The model as captum wants a forward function: ``f(input_ids, attention_mask=None,
     token_type_ids=None) -> logits (B, C)``, in eval mode (dropout off; the flag is restored).
 
-    Language models (logits (B, T, V)) give the next-token logits after the last real token.
+    Language models (logits (B, T, V)) give the next-token logits after the last real token; one
+    whose forward takes ``logits_to_keep`` (transformers' causal LMs) computes its output layer at
+    those positions only (a vocabulary of 49k is a fifth of a small LM's work at every position).
     """
+    import inspect
+
+    try:
+        keeps = "logits_to_keep" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError, AttributeError):
+        keeps = False
 
     def forward(
         input_ids: torch.Tensor,
@@ -41,15 +49,19 @@ def logits_forward(model: Any) -> Any:
         kwargs = {"attention_mask": attention_mask}
         if token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
+        last = _last_real(attention_mask, input_ids.shape).to(input_ids.device)  # (B,)
+        kept = torch.unique(last) if keeps else None  # sorted positions
+        if kept is not None:
+            kwargs["logits_to_keep"] = kept
         was_training = model.training
         model.eval()
         try:
             logits = model(input_ids=input_ids, **kwargs).logits
         finally:
             model.train(was_training)
-        if logits.ndim == 3:  # (B, T, V): the position after the last real token
-            last = _last_real(attention_mask, input_ids.shape)
-            logits = logits[torch.arange(logits.shape[0], device=logits.device), last.to(logits.device)]
+        if logits.ndim == 3:  # (B, T or len(kept), V): the position after the last real token
+            at = last if kept is None else torch.searchsorted(kept, last)
+            logits = logits[torch.arange(logits.shape[0], device=logits.device), at.to(logits.device)]
         return logits
 
     return forward

@@ -17,7 +17,7 @@ from attnflow.methods import METHODS
 
 from .apply import RowSpec, apply
 
-__all__ = ["AUTHORS_CLS_SELF", "PER_HEAD", "explain_samples", "pad_attentions"]
+__all__ = ["AUTHORS_CLS_SELF", "PER_HEAD", "explain_samples", "head_subset", "pad_attentions"]
 
 # Chefer et al.'s own code for the CLS-to-CLS entry of the maps: min of the CLS row in the CVPR
 # (LRP) code, 0 in the generic (ICCV) code. explain_samples(cls_self="authors") applies these: the
@@ -72,6 +72,7 @@ def explain_batch(
     per_head: bool,
     extra: Mapping[str, np.ndarray] | None = None,
     cls_self: str = "authors",
+    heads_only: bool = False,
 ) -> dict[str, np.ndarray]:
     """Per method the (B, L, T) explanation row at each layer, and ``<method>_heads`` (B, L, H, T).
 
@@ -81,6 +82,7 @@ def explain_batch(
     :class:`attnflow.explain.apply.RowSpec`; the methods applied by :func:`attnflow.explain.apply.apply`).
     ``extra``: further padded inputs a method needs (e.g. ``attn_grad``).
     ``cls_self``: the class-specific maps' CLS-to-CLS entry ("authors": :data:`AUTHORS_CLS_SELF`).
+    ``heads_only``: only the ``<method>_heads`` maps (with ``per_head``), not the all-heads ones.
     """
     spec = RowSpec(rows, task=True)  # the task's rows; class-specific records read CLS
     records = [METHODS[m] for m in methods]
@@ -90,15 +92,18 @@ def explain_batch(
         if "cls_self" in r.options
     }
     valid = np.arange(attn.shape[-1])[None, :] < np.asarray(lengths)[:, None]  # (B, T)
-    per_sample = apply(
-        records, attn, extra, spec, residual=residual, heads=heads, valid=valid, options=options
+    per_sample = (
+        None
+        if heads_only
+        else apply(records, attn, extra, spec, residual=residual, heads=heads, valid=valid, options=options)
     )
     out = {}
     for r in records:
-        maps = np.zeros((attn.shape[0], attn.shape[1], attn.shape[-1]))  # (B, L, T), padding 0
-        for b, sample in enumerate(per_sample):
-            maps[b, :, : sample[r.name].shape[-1]] = sample[r.name]
-        out[r.name] = maps
+        if per_sample is not None:
+            maps = np.zeros((attn.shape[0], attn.shape[1], attn.shape[-1]))  # (B, L, T), padding 0
+            for b, sample in enumerate(per_sample):
+                maps[b, :, : sample[r.name].shape[-1]] = sample[r.name]
+            out[r.name] = maps
         if per_head and r.per_head is not None:  # (B, L, H, R, T) -> (B, L, H, T)
             position = spec.for_record(r).position(attn.shape[-1])  # CLS only: flow's cost grows with rows
             sources = None if isinstance(position, str) else [position]
@@ -119,11 +124,13 @@ def explain_samples(
     cls_self: str = "authors",
     batch_size: int = BATCH,
     progress: bool = False,
+    heads_only: bool = False,
 ) -> dict[str, list[np.ndarray]]:
     """Explain every sample: ``{method: [(L, T_i)]}`` and, with ``per_head``, ``{<method>_heads: [(L, H, T_i)]}``.
 
     ``attn``: one ``(L, H, T_i, T_i)`` array per sample; ``extra``: per-sample arrays of the same
     shape that a method needs (padded and passed as keyword arguments). Results are in input order.
+    ``heads_only``: only the per-head maps of the methods that have them (``per_head`` implied).
 
     >>> a = np.full((2, 1, 3, 3), 1 / 3)
     >>> out = explain_samples([a, a[:, :, :2, :2] * 1.5], methods=["rollout"])
@@ -134,7 +141,11 @@ def explain_samples(
 
     if not attn:
         raise ValueError("no samples to explain")
-    names = [*methods, *(f"{m}_heads" for m in methods if per_head and m in PER_HEAD)]
+    if heads_only:
+        methods, per_head = [m for m in methods if m in PER_HEAD], True
+        if not methods:
+            raise ValueError(f"heads_only: none of the methods has a per-head variant ({sorted(PER_HEAD)})")
+    names = [*([] if heads_only else methods), *(f"{m}_heads" for m in methods if per_head and m in PER_HEAD)]
     maps: dict[str, list[Any]] = {name: [None] * len(attn) for name in names}
     batches = length_batches([a.shape[-1] for a in attn], batch_size)
     for idx in tqdm(batches, desc="explain", leave=False, disable=not progress):
@@ -150,11 +161,29 @@ def explain_samples(
             per_head=per_head,
             extra=padded_extra,
             cls_self=cls_self,
+            heads_only=heads_only,
         )
         for name, value in values.items():
             for row, i in enumerate(idx):
                 maps[name][i] = value[row, ..., : lengths[row]]
     return maps
+
+
+def head_subset(n_samples: int, n_chosen: int | None, seed: int) -> np.ndarray:
+    """Indices (sorted) of the seeded subset of ``n_chosen`` of ``n_samples`` samples whose per-head
+    maps the study computes (``explain.per_head_samples``; None or more than there are: all).
+
+    >>> head_subset(5, None, 0).tolist(), len(head_subset(872, 200, 0)), head_subset(3, 10, 0).tolist()
+    ([0, 1, 2, 3, 4], 200, [0, 1, 2])
+    """
+    from attnflow.data.subsets import seeded_split
+
+    if n_chosen is None or n_chosen >= n_samples:
+        return np.arange(n_samples)
+    if n_chosen < 1:
+        raise ValueError(f"per_head_samples must be >= 1 or null, got {n_chosen}")
+    chosen, _ = seeded_split(n_samples, n_chosen, np.random.default_rng(seed))
+    return np.asarray(chosen)
 
 
 def _pad_like(arrays: Sequence[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:

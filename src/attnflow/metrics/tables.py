@@ -87,6 +87,7 @@ def correlation_frame(
     *,
     task: str,
     head_maps: Mapping[str, Sequence[np.ndarray]] | None = None,
+    head_importance: Mapping[str, Sequence[np.ndarray]] | None = None,
     exclude: Mapping[str, Sequence[int]] | None = None,
     method: str = "average",
     undefined: str = "zero",
@@ -97,7 +98,8 @@ def correlation_frame(
     """The configured cells: every method x importance x layer with a bootstrap CI, then per head.
 
     ``maps[m]``: per-sample (L, T_i) rows; ``head_maps[m]``: per-sample (L, H, T_i), correlated
-    head by head without bootstrap (head is 0-based). Other arguments as ``correlation_table``.
+    head by head without bootstrap (head is 0-based) with ``head_importance`` (default
+    ``importance``: the same samples). Other arguments as ``correlation_table``.
 
     >>> maps = {"raw": [np.array([[0.5, 0.3, 0.2]]), np.array([[0.6, 0.1, 0.3]])]}
     >>> imp = {"blank_out": [np.array([0.0, 2.0, 1.0]), np.array([0.0, 1.0, 2.0])]}
@@ -110,7 +112,9 @@ def correlation_frame(
     ]
     for name, per_sample in (head_maps or {}).items():
         for h in range(per_sample[0].shape[1]):
-            rows = correlation_table({name: [a[:, h] for a in per_sample]}, importance, n_boot=0, **options)
+            rows = correlation_table(
+                {name: [a[:, h] for a in per_sample]}, head_importance or importance, n_boot=0, **options
+            )
             parts.append(_frame(rows, task=task, variant=CONFIGURED, head=h))
     return pd.concat(parts, ignore_index=True)
 
@@ -174,15 +178,19 @@ def study_frame(
     n_boot: int = 1000,
     ci: float = 0.95,
     seed: int = 0,
+    heads: tuple[Mapping[str, Sequence[np.ndarray]], Mapping[str, Sequence[np.ndarray]]] | None = None,
 ) -> pd.DataFrame:
     """What the ``correlate`` stage writes: the configured cells of every method in ``methods``
-    (per head too, where ``maps`` has ``<method>_heads``; :func:`correlation_frame`), then one
-    variant per switch flipped alone (:func:`switch_frame`)."""
+    (per head too, :func:`correlation_frame`), then one variant per switch flipped alone
+    (:func:`switch_frame`). The per-head maps: ``heads`` = (``{<method>_heads: maps}``, the
+    importance of their samples), else the ``<method>_heads`` of ``maps`` (the same samples)."""
     rows = {m: maps[m] for m in methods}
+    head_maps, head_importance = heads if heads is not None else (maps, None)
     configured_cells = correlation_frame(
         rows, importance, exclude=settings.exclude(list(importance)), method=settings.spearman,
         undefined=settings.undefined, n_boot=n_boot, ci=ci, seed=seed, task=task,
-        head_maps={m: maps[f"{m}_heads"] for m in methods if f"{m}_heads" in maps},
+        head_maps={m: head_maps[f"{m}_heads"] for m in methods if f"{m}_heads" in head_maps},
+        head_importance=head_importance,
     )  # fmt: skip
     switched = switch_frame(
         rows, importance, settings=settings, switched_importance=switched_importance,

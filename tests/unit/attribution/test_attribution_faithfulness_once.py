@@ -44,9 +44,14 @@ def _every_copy(model, *, replace_id=None):
     import attnflow.attribution.faithfulness as faithfulness
     from attnflow.attribution._model import _eval_mode
 
-    class NoReuse:
+    class NoReuse:  # the recording pass runs the model too; its results are not used
+        recording = False
+
         def __init__(self, m):
             self.m = m
+
+        def run_recorded(self, batch_size):
+            pass
 
         def __call__(self, input_ids, attention_mask):
             with _eval_mode(self.m), torch.no_grad():
@@ -71,3 +76,25 @@ def test_reused_forwards_give_the_scores_and_curves_of_a_forward_per_copy(tiny_t
     pd.testing.assert_frame_equal(curves, ref_curves, atol=tol, rtol=0)
     # clean inputs recur in every protocol and ranking; identical rankings (a@2, b) share every copy
     assert reused.rows < every.rows / 2
+
+
+def test_perturbed_copies_are_forwarded_by_real_length_without_padding(tiny_transformer):
+    """Deleting tokens shortens a copy: after the clean batch, every call holds rows of one length
+    and no padding (an all-ones mask)."""
+
+    class Shapes(Counting):
+        def __init__(self, model):
+            super().__init__(model)
+            self.calls = []
+
+        def forward(self, input_ids=None, attention_mask=None):
+            self.calls.append(attention_mask.clone())
+            return super().forward(input_ids=input_ids, attention_mask=attention_mask)
+
+    model = Shapes(tiny_transformer())
+    _run(model)
+    clean, *copies = model.calls
+    assert not bool(clean.all())  # the clean batch: three lengths, padded
+    assert copies and all(bool(m.all()) for m in copies)
+    lengths = [m.shape[1] for m in copies]
+    assert lengths == sorted(lengths) and len(set(lengths)) > 1  # shortest first, one length a call

@@ -9,16 +9,29 @@ from ..figures import plot_head_correlations
 
 def section(ctx: Context) -> None:
     ctx.add(Heading("Per-head correlations", 2))
-    drawn = []
+    drawn, counts = [], []
     for task, got in ctx.inputs.items():
         table = got.table
         rows = None if table is None else table[(table["variant"] == "configured") & table["head"].notna()]
         fig = plot_head_correlations(rows, title=f"{task}: mean correlation per head")
         if fig is not None:
             drawn.append((task, fig))
+            every = table[(table["variant"] == "configured") & table["head"].isna()]
+            counts.append(f"{task} {_samples(rows)} of {_samples(every)}")
     if not drawn:
         ctx.add(Paragraph("No per-head correlations were found (`explain.per_head=false`)."))
         return
-    ctx.add(Paragraph("Each head k at each layer, as in the paper's appendix A.1 (heads 0-based)."))
+    ctx.add(
+        Paragraph(
+            "Each head k at each layer, as in the paper's appendix A.1 (heads 0-based), on a seeded subset "
+            f"of the samples (`explain.per_head_samples`): {', '.join(counts)}. "
+            "`python benchmarks/per_head_subset.py` compares the subset's cells with every sample's."
+        )
+    )
     for task, fig in drawn:
         ctx.figure(fig, f"heads_{task}.png", f"{task} per-head correlations")
+
+
+def _samples(rows) -> int:
+    """Samples behind the cells of a correlation table (each cell's n plus its undefined ones)."""
+    return int((rows["n"] + rows["n_undefined"]).max())

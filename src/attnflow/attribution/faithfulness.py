@@ -106,7 +106,8 @@ class _OnceModel:
         if self.recording and self.n_classes is not None:
             for r, key in enumerate(keys):
                 if key not in self.seen and key not in self.recorded:
-                    self.recorded[key] = (input_ids[r, : last[r]], attention_mask[r, : last[r]])
+                    n = max(last[r], 1)  # a row masked out whole keeps one (masked) position
+                    self.recorded[key] = (input_ids[r, :n], attention_mask[r, :n])
             return torch.zeros((len(keys), self.n_classes), dtype=torch.float64)
         first: dict[tuple[bytes, bytes], int] = {}  # each unseen input once, at its first row
         for r, key in enumerate(keys):

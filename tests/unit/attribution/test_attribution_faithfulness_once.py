@@ -98,3 +98,28 @@ def test_perturbed_copies_are_forwarded_by_real_length_without_padding(tiny_tran
     assert copies and all(bool(m.all()) for m in copies)
     lengths = [m.shape[1] for m in copies]
     assert lengths == sorted(lengths) and len(set(lengths)) > 1  # shortest first, one length a call
+
+
+def test_a_copy_masked_out_whole_is_forwarded_as_the_model_sees_it(tiny_transformer):
+    """Replacing by PAD masks the replaced tokens; with no kept position, keeping the top 0 masks a
+    copy out entirely: it is still forwarded (one masked position), as a copy per call would be."""
+    rankings = {("a", 1): [np.arange(len(r), dtype=float) for r in IDS]}
+    common = dict(
+        sample_ids=[10, 11, 12], random_seed=None, pad_id=0, keep_positions=(), replace_id=0, batch_size=4
+    )
+    scores, _ = faithfulness_samples(Counting(tiny_transformer()), IDS, rankings, **common)
+
+    class PerRow(torch.nn.Module):  # one row per call: the memo's grouping plays no part
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids=None, attention_mask=None):
+            outs = [
+                self.model(input_ids=i[None], attention_mask=m[None]).logits
+                for i, m in zip(input_ids, attention_mask, strict=True)
+            ]
+            return torch.cat(outs)
+
+    ref, _ = faithfulness_samples(PerRow(tiny_transformer()), IDS, rankings, **common)
+    pd.testing.assert_frame_equal(scores, ref, atol=1e-12, rtol=0)

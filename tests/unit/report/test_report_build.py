@@ -10,7 +10,7 @@ import pytest
 
 from attnflow.report import build_report
 from attnflow.report.paper import TABLES
-from tests.unit.report.conftest import correlations, study_paths
+from tests.unit.report.conftest import N, correlations, study_paths
 
 EXAMPLES = ["the article on NNP large systems", "here the NNS differ in that the female"]
 CONFIG = {
@@ -205,3 +205,15 @@ def test_recipe_section_one_line_per_choice_with_accuracy_and_delta(tmp_path, ma
     # Table 1 flow L3 is 0.70 in the paper: 0.50 -> -0.20, 0.75 -> +0.05
     assert "0.940 (n/a)" in plain and "0.50 (-0.20)" in plain
     assert "0.950 (0.970)" in authors and "0.75 (+0.05)" in authors
+
+
+def test_the_per_head_paragraph_counts_the_samples_of_the_subset_and_of_the_run(built):
+    from attnflow.report.sections.heads import cell_samples
+
+    assert (
+        f"on a seeded subset of the samples (`explain.per_head_samples`): agreement {N} of {N}."
+        in built[1].markdown
+    )
+    # under correlate.undefined=zero a cell averages every sample: the undefined ones are among its n
+    cells = pd.DataFrame({"n": [200, 200, 197], "n_undefined": [0, 4, 3]})
+    assert cell_samples(cells) == 200

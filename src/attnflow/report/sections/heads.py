@@ -17,7 +17,7 @@ def section(ctx: Context) -> None:
         if fig is not None:
             drawn.append((task, fig))
             every = table[(table["variant"] == "configured") & table["head"].isna()]
-            counts.append(f"{task} {_samples(rows)} of {_samples(every)}")
+            counts.append(f"{task} {cell_samples(rows)} of {cell_samples(every)}")
     if not drawn:
         ctx.add(Paragraph("No per-head correlations were found (`explain.per_head=false`)."))
         return
@@ -32,6 +32,7 @@ def section(ctx: Context) -> None:
         ctx.figure(fig, f"heads_{task}.png", f"{task} per-head correlations")
 
 
-def _samples(rows) -> int:
-    """Samples behind the cells of a correlation table (each cell's n plus its undefined ones)."""
-    return int((rows["n"] + rows["n_undefined"]).max())
+def cell_samples(rows) -> int:
+    """Samples behind the cells of a correlation table: the most correlations a cell averages (under
+    `correlate.undefined=zero` every cell averages every sample; under `nan` the defined ones)."""
+    return int(rows["n"].max())

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from attnflow.explain.samples import head_subset
+from attnflow.data.subsets import seeded_split
 from attnflow.explanation_file import load_study_maps
 from attnflow.io import load_aligned, load_ragged
 from attnflow.metrics.correlate_samples import correlate_samples
@@ -59,7 +59,7 @@ def main() -> None:
     }
     results = []
     for n in args.n:
-        chosen = head_subset(len(ids), n, seed)
+        chosen, _ = seeded_split(len(ids), min(n, len(ids)), np.random.default_rng(seed))
         rng = np.random.default_rng(seed)
         draws = rng.integers(0, len(chosen), size=(N_BOOT, len(chosen)))
         outside, cells, worst, largest = [], 0, 0.0, 0.0

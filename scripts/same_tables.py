@@ -18,6 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pandas as pd
+from same_numbers import max_abs_diff
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ("agreement", "sst2")
@@ -38,13 +39,14 @@ def read(path: str, base: str | None) -> pd.DataFrame | None:
 
 
 def compare(old: pd.DataFrame, new: pd.DataFrame) -> tuple[int, bool, float]:
-    """(rows, equal bit for bit, largest |difference| of ``mean`` where the rows line up, else nan)."""
+    """(rows, equal bit for bit, largest |difference| of ``mean`` where the rows line up, else nan;
+    a mean that is NaN on one side only counts as inf, as in same_numbers.max_abs_diff)."""
     old, new = old.reset_index(drop=True), new.reset_index(drop=True)
     if old.equals(new):
         return len(new), True, 0.0
     if len(old) != len(new) or "mean" not in new:
         return len(new), False, float("nan")
-    return len(new), False, float((old["mean"] - new["mean"]).abs().max())
+    return len(new), False, max_abs_diff(old["mean"].to_numpy(float), new["mean"].to_numpy(float))
 
 
 def parts(path: str, table: pd.DataFrame) -> dict[str, pd.DataFrame]:

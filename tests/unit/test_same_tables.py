@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))  # as when the script runs: same_numbers beside it
 _spec = importlib.util.spec_from_file_location("same_tables", ROOT / "scripts" / "same_tables.py")
 same_tables = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault("same_tables", same_tables)
@@ -25,6 +26,7 @@ def test_equal_tables_are_bit_identical_and_a_moved_mean_is_measured():
     rows, same, diff = same_tables.compare(a, b)
     assert (rows, same) == (3, False) and np.isclose(diff, 1e-9, rtol=1e-3)
     assert np.isnan(same_tables.compare(a, b.iloc[:2])[2])  # rows that do not line up: no difference
+    assert same_tables.compare(a, a.assign(mean=[0.1, np.nan, 0.3]))[2] == np.inf  # NaN on one side only
 
 
 def test_a_correlation_table_is_split_into_all_heads_and_per_head_rows():

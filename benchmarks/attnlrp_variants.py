@@ -27,7 +27,8 @@ def main() -> None:
     args = parser.parse_args()
     from attnflow.attnlrp import attnlrp
     from attnflow.attribution.comparators import comparator_scores
-    from attnflow.attribution.faithfulness import faithfulness_samples, faithfulness_subset
+    from attnflow.attribution.faithfulness import faithfulness_samples
+    from attnflow.data.subsets import seeded_subset
     from attnflow.hf import eager_attention
     from attnflow.io import read_parquet
     from attnflow.models import load_classifier
@@ -37,7 +38,7 @@ def main() -> None:
     cfg = _config.load()
     paths = _stage.paths(cfg)
     samples = read_parquet(paths.samples("sst2"))
-    chosen = faithfulness_subset(len(samples), args.n, cfg.seed)
+    chosen = seeded_subset(len(samples), args.n, cfg.seed)
     ids = [np.asarray(samples["input_ids"].iloc[i]) for i in chosen]
     model, encoder = load_classifier(paths.model("sst2"))
     model.eval()

@@ -4,7 +4,7 @@
     python benchmarks/per_head_subset.py --maps FILE      # read all samples' <method>_heads from FILE
 
 The explain stage computes the per-head maps of `explain.per_head_samples` samples per task (a
-seeded subset, `attnflow.explain.samples.head_subset`): on SST-2 (rows: max) they are 12x the flow
+seeded subset, `attnflow.data.subsets.seeded_subset`): on SST-2 (rows: max) they are 12x the flow
 problems of the all-heads maps per sample and were ~80% of the stage. This script computes them
 for every sample (or reads them from a maps file that has them, e.g. one written before the
 subset existed), then for every per-head cell (importance x method x layer x head) compares the
@@ -25,7 +25,8 @@ from pathlib import Path
 
 import yaml
 
-from attnflow.explain.samples import explain_samples, head_subset
+from attnflow.data.subsets import seeded_subset
+from attnflow.explain.samples import explain_samples
 from attnflow.io import load_aligned, load_ragged
 from attnflow.metrics.correlation_table import correlation_table
 from attnflow.metrics.tables import CorrelationSettings
@@ -78,7 +79,7 @@ def main() -> None:
         )  # fmt: skip
         source = "computed from the capture"
     seconds = time.perf_counter() - start
-    chosen = head_subset(len(ids), n_chosen, seed)
+    chosen = seeded_subset(len(ids), n_chosen, seed)
     full = head_cells(every, importance, settings, 0, seed)
     part = head_cells(
         {k: [v[i] for i in chosen] for k, v in every.items()},

@@ -10,9 +10,10 @@ minus the configured cell. This reads the committed outputs (every sample's swit
 `switches.safetensors`, the maps, the importance) and, for a seeded subset of n samples, computes
 each cell's Δ on the subset (switched and configured on the same samples: a paired difference)
 with its 95% percentile-bootstrap interval (1000 resamples of the subset's samples), and counts the
-cells where the Δ of all samples lies outside that interval. Evidence for computing the switches on
-a subset (not done yet: the sensitivity table would need the configured cells of the same subset).
-Writes benchmarks/results/switch_subset.json.
+cells where the Δ of all samples lies outside that interval. It is the evidence for the subset the
+attribute stage now takes (`attribution.switch_samples` = 300, Δ against the configured cells of the
+same samples, variant `configured@switch_samples`): run it on outputs of `attribution.switch_samples=null`
+(every sample's switched blank-out). Writes benchmarks/results/switch_subset.json.
 """
 
 from __future__ import annotations
@@ -46,7 +47,13 @@ def main() -> None:
     base = ROOT / "outputs"
     importance, ids = load_ragged(base / "attribute" / args.task / "importance.safetensors", with_ids=True)
     against = "the importance file"
-    switched = load_aligned(base / "attribute" / args.task / "switches.safetensors", ids, against=against)
+    path = base / "attribute" / args.task / "switches.safetensors"
+    if len(load_ragged(path, with_ids=True)[1]) != len(ids):
+        raise SystemExit(
+            f"{path} holds the switches of a subset (attribution.switch_samples): this needs every "
+            "sample's, from `dvc exp run -S attribution.switch_samples=null`"
+        )
+    switched = load_aligned(path, ids, against=against)
     maps = load_study_maps(base / "explain" / args.task / "maps.safetensors", ids, against=against)
     options = dict(exclude=exclude, method=corr["spearman"], undefined=corr["undefined"])
     configured = {

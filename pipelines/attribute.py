@@ -6,6 +6,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from attnflow.attribution.samples import attribute_samples, blank_out_under_switches, method_options
+from attnflow.data.subsets import seeded_subset
 from attnflow.devices import resolve_device
 from attnflow.io import read_parquet, save_ragged
 from attnflow.models import load_classifier
@@ -18,8 +19,8 @@ def run(cfg: DictConfig, task: str) -> None:
         device = resolve_device(cfg.trainer.device)
         model, encoder = load_classifier(paths.model(task), device=device)
         samples = read_parquet(paths.samples(task))
-        methods, grad = opts.pop("methods"), dict(gradient_target=settings.gradient_target,
-                                                   gradient_class=settings.gradient_class)  # fmt: skip
+        methods, n_switched = opts.pop("methods"), opts.pop("switch_samples")
+        grad = dict(gradient_target=settings.gradient_target, gradient_class=settings.gradient_class)
         common = dict(
             pad_id=encoder.pad_id, batch_size=cfg.attribution.batch_size, device=device, progress=True
         )
@@ -28,10 +29,15 @@ def run(cfg: DictConfig, task: str) -> None:
             model, ids, labels, options=method_options(methods, encoder, **grad, **opts), **common
         )
         save_ragged(paths.importance(task), scores, ids=samples["sample_id"].to_numpy())
-        if "blank_out" in methods:  # each blank-out switch flipped alone: the report's sensitivity table
+        if (
+            "blank_out" in methods
+        ):  # each blank-out switch flipped alone (a seeded subset): the sensitivity table
+            chosen = seeded_subset(len(ids), n_switched, cfg.seed, what="attribution.switch_samples")
             switched = blank_out_under_switches(model, ids, labels, settings=opts, configured=scores["blank_out"],
-                                                encoder=encoder, gradient=grad, **common)  # fmt: skip
-            save_ragged(paths.switched_importance(task), switched, ids=samples["sample_id"].to_numpy())
+                                                samples=chosen, encoder=encoder, gradient=grad, **common)  # fmt: skip
+            save_ragged(
+                paths.switched_importance(task), switched, ids=samples["sample_id"].to_numpy()[chosen]
+            )
         mlrun.log_metrics({m: {"mean": float(np.mean([s.mean() for s in v]))} for m, v in scores.items()})
 
 

@@ -6,7 +6,7 @@ from omegaconf import DictConfig
 
 from attnflow.attribution.samples import switched_blank_out
 from attnflow.explanation_file import load_head_maps, load_study_maps
-from attnflow.io import load_aligned, load_ragged, write_json, write_parquet, write_text
+from attnflow.io import align_ids, load_ragged, write_json, write_parquet, write_text
 from attnflow.metrics.tables import CorrelationSettings, configured, curves_frame, metrics_tree, study_frame
 from pipelines import _config, _stage
 
@@ -20,12 +20,13 @@ def run(cfg: DictConfig, task: str) -> None:
         if missing := [m for m in methods if m not in maps]:
             raise ValueError(f"{paths.maps(task)}: no maps for {missing}; re-run the explain stage")
         heads = load_head_maps(paths.head_maps(task), ids, importance, against=against)  # of a subset
-        switched = {}
-        if paths.switched_importance(task).is_file():  # blank-out under each attribution switch
-            loaded = load_aligned(paths.switched_importance(task), ids, against=against)
+        switched, switch_samples = {}, None
+        if (path := paths.switched_importance(task)).is_file():  # blank-out under each attribution switch
+            loaded, own = load_ragged(path, with_ids=True)  # of a seeded subset: attribution.switch_samples
+            switch_samples = align_ids(ids, own, what=against, against=str(path), subset=True)
             switched = switched_blank_out(loaded, _config.to_dict(cfg.attribution))
         table = study_frame(
-            maps, importance, methods=methods, task=task, switched_importance=switched,
+            maps, importance, methods=methods, task=task, switched_importance=switched, switch_samples=switch_samples,
             settings=CorrelationSettings(opts.spearman, opts.undefined, dict(opts.include_cls)),
             cls_blanked=cfg.attribution.blank_positions == "all", n_boot=opts.n_boot, ci=opts.ci, seed=cfg.seed,
             heads=heads,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from attnflow.explain.samples import explain_samples, head_subset
+from attnflow.data.subsets import seeded_subset
+from attnflow.explain.samples import explain_samples
 from attnflow.explanation_file import save_study_maps
 from attnflow.io import load_aligned, load_ragged
 from attnflow.method_inputs import needed_inputs
@@ -23,7 +24,11 @@ def run(cfg: DictConfig, task: str) -> None:
         )
         maps = explain_samples(captured["attn"], extra=extra, cls_self=opts.cls_self, **common)
         save_study_maps(paths.maps(task), maps, ids)
-        chosen = head_subset(len(ids), opts.per_head_samples, cfg.seed) if opts.per_head else []
+        chosen = (
+            seeded_subset(len(ids), opts.per_head_samples, cfg.seed, what="explain.per_head_samples")
+            if opts.per_head
+            else []
+        )
         if len(chosen):  # Appendix A.1's per-head maps, of a seeded subset: their own file and ids
             heads = explain_samples([captured["attn"][i] for i in chosen], heads_only=True, **common)
             save_study_maps(paths.head_maps(task), heads, ids[chosen])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from attnflow.devices import resolve_device
 from attnflow.generate import generation_study, save_generations
 from attnflow.hf import load_model
 from attnflow.io import write_json, write_parquet
@@ -14,7 +15,7 @@ from pipelines import _stage
 def run(cfg: DictConfig) -> None:
     paths, opts = _stage.paths(cfg), cfg.generate
     with _stage.stage_run(cfg, "generate", inputs=[paths.language_model]) as mlrun:
-        model, tokenizer = load_model(str(paths.language_model), device="cpu")
+        model, tokenizer = load_model(str(paths.language_model), device=resolve_device(cfg.trainer.device))
         study = generation_study(
             model, tokenizer, dict(opts.prompts), methods=list(opts.methods), sinks=list(opts.sinks),
             receptive_fields=list(opts.receptive_fields), max_new_tokens=opts.max_new_tokens, ks=list(opts.ks),

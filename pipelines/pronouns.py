@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from attnflow.devices import resolve_device
 from attnflow.hf import load_model
 from attnflow.pronouns import pronoun_sentences, pronoun_study, save_pronoun_study
 from pipelines import _stage
@@ -14,7 +15,7 @@ from pipelines import _stage
 def run(cfg: DictConfig) -> None:
     paths, opts = _stage.paths(cfg), cfg.pronouns
     with _stage.stage_run(cfg, "pronouns", inputs=[paths.language_model]) as mlrun:
-        model, tokenizer = load_model(str(paths.language_model), device="cpu")
+        model, tokenizer = load_model(str(paths.language_model), device=resolve_device(cfg.trainer.device))
         items = pronoun_sentences(opts.n_sentences, seed=cfg.seed)
         study = pronoun_study(
             model, tokenizer, items, methods=list(opts.methods), prefix=opts.prefix, ig_steps=opts.ig_steps,

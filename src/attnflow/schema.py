@@ -172,6 +172,7 @@ class AttributionConfig:
     blank_score: str = MISSING
     gradient_reduction: str = MISSING
     batch_size: int = ranged(AT_LEAST_1)
+    switch_samples: int | None = ranged(at_least(1, " or null"), None)  # seeded subset (None: all)
 
 
 @dataclass

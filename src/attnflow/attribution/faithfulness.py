@@ -25,6 +25,7 @@ import pandas as pd
 import torch
 
 from attnflow.batches import length_batches, pad_batch
+from attnflow.data.subsets import seeded_subset
 from attnflow.metrics.faithfulness import (
     HIGHER_IS_BETTER,
     RANDOM,
@@ -43,7 +44,6 @@ __all__ = [
     "FaithfulnessResult",
     "faithfulness_samples",
     "faithfulness_study",
-    "faithfulness_subset",
     "study_rankings",
 ]
 
@@ -292,14 +292,6 @@ class FaithfulnessResult:
         }
 
 
-def faithfulness_subset(n_items: int, n_samples: int, seed: int) -> np.ndarray:
-    """Indices of the seeded subset of ``n_samples`` (of ``n_items``) that the perturbation tests use."""
-    from attnflow.data.subsets import seeded_split
-
-    chosen, _ = seeded_split(n_items, min(n_samples, n_items), np.random.default_rng(seed))
-    return np.asarray(chosen)
-
-
 def faithfulness_study(
     model: Any,
     input_ids: Sequence[Sequence[int]],
@@ -321,7 +313,7 @@ def faithfulness_study(
     perturbation tests of every method at the chosen layers (:func:`study_rankings`), of each
     importance score and of the seeded random floor, summarised per (method, layer, metric) with
     bootstrap CIs. ``subset_scores``: more token scores, computed only for the perturbed subset
-    (``faithfulness_subset``, in its order; e.g. the comparators of ``attribution.comparators``).
+    (``attnflow.data.subsets.seeded_subset``, in its order; e.g. the comparators of ``attribution.comparators``).
     ``perturbation``: options of :func:`faithfulness_samples` (pad_id, keep_positions,
     replace_id, batch_size, device, progress).
     """
@@ -330,7 +322,7 @@ def faithfulness_study(
 
     check_layers(layers, maps_layers(maps))  # before the work, not after the agreement table
     agreement = agreement_table({**maps, **importance}, k=top_k, n_boot=n_boot, seed=seed)
-    chosen = faithfulness_subset(len(input_ids), n_samples, seed)
+    chosen = seeded_subset(len(input_ids), n_samples, seed, what="n_samples")
     rankings = {
         key: [v[i] for i in chosen] for key, v in study_rankings(maps, importance, layers=layers).items()
     }
@@ -372,7 +364,7 @@ def faithfulness_with_comparators(
     from .comparators import compare_on_subset
 
     check_layers(study.get("layers", ()), maps_layers(maps))  # before the comparators' work
-    subset = [input_ids[i] for i in faithfulness_subset(len(input_ids), n_samples, seed)]
+    subset = [input_ids[i] for i in seeded_subset(len(input_ids), n_samples, seed, what="n_samples")]
     extra, cost = compare_on_subset(
         model, encoder, subset, methods=methods, task_rows=task_rows, keep_positions=keep_positions,
         importance_options=importance_options, device=device,

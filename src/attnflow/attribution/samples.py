@@ -18,6 +18,7 @@ from attnflow.batches import length_batches, pad_batch
 __all__ = [
     "BLANK_POSITIONS",
     "BLANK_SWITCHES",
+    "STUDY_KEYS",
     "attribute_samples",
     "blank_out_under_switches",
     "blank_switches",
@@ -26,6 +27,9 @@ __all__ = [
     "switch_from_configured",
     "switched_blank_out",
 ]
+
+#: Keys of the ``attribution`` config group that choose what the study computes, not options of a method.
+STUDY_KEYS = ("methods", "switch_samples")
 
 #: ``attribution.blank_positions``: the positions never blanked, besides the end markers.
 BLANK_POSITIONS: dict[str, tuple[int, ...]] = {"all": (), "skip_cls": (0,)}
@@ -138,9 +142,9 @@ def method_options(
 def study_options(
     attribution: Mapping[str, Any], task_settings: Mapping[str, Any], encoder: Any
 ) -> dict[str, dict[str, Any]]:
-    """`method_options` of the study: the `attribution` config group (its `methods`, the blank-out
-    settings, batch_size) and the task's `gradient_target` / `gradient_class`."""
-    opts = {k: v for k, v in attribution.items() if k != "methods"}
+    """`method_options` of the study: the `attribution` config group (the blank-out settings and
+    batch_size; not its :data:`STUDY_KEYS`) and the task's `gradient_target` / `gradient_class`."""
+    opts = {k: v for k, v in attribution.items() if k not in STUDY_KEYS}
     grad = {k: task_settings[k] for k in ("gradient_target", "gradient_class")}
     return method_options(list(attribution["methods"]), encoder, **grad, **opts)
 
@@ -199,13 +203,19 @@ def blank_out_under_switches(
     configured: Sequence[np.ndarray],
     encoder: Any,
     gradient: Mapping[str, Any],
+    samples: Sequence[int] | None = None,
     **common: Any,
 ) -> dict[str, list[np.ndarray]]:
     """Blank-out under each switch of :func:`blank_switches` flipped alone (the report's sensitivity
     table), by switch name: derived from the configured pass ``configured`` where the scores follow
     from it (:func:`switch_from_configured`), else one :func:`attribute_samples` pass of its own.
-    ``gradient``: the task's gradient_target / gradient_class; ``common``: attribute_samples' batch
-    options (pad_id, batch_size, device, progress)."""
+    ``samples``: the positions of the samples to score, in that order (a seeded subset:
+    ``attribution.switch_samples``; None: all). ``gradient``: the task's gradient_target /
+    gradient_class; ``common``: attribute_samples' batch options (pad_id, batch_size, device, progress)."""
+    if samples is not None:
+        input_ids = [input_ids[i] for i in samples]
+        labels = [labels[i] for i in samples]
+        configured = [configured[i] for i in samples]
     out = {}
     for name, flipped in blank_switches(settings).items():
         derived = switch_from_configured(name, settings, configured)

@@ -17,7 +17,7 @@ from attnflow.methods import METHODS
 
 from .apply import RowSpec, apply
 
-__all__ = ["AUTHORS_CLS_SELF", "PER_HEAD", "explain_samples", "head_subset", "pad_attentions"]
+__all__ = ["AUTHORS_CLS_SELF", "PER_HEAD", "explain_samples", "pad_attentions"]
 
 # Chefer et al.'s own code for the CLS-to-CLS entry of the maps: min of the CLS row in the CVPR
 # (LRP) code, 0 in the generic (ICCV) code. explain_samples(cls_self="authors") applies these: the
@@ -167,23 +167,6 @@ def explain_samples(
             for row, i in enumerate(idx):
                 maps[name][i] = value[row, ..., : lengths[row]]
     return maps
-
-
-def head_subset(n_samples: int, n_chosen: int | None, seed: int) -> np.ndarray:
-    """Indices (sorted) of the seeded subset of ``n_chosen`` of ``n_samples`` samples whose per-head
-    maps the study computes (``explain.per_head_samples``; None or more than there are: all).
-
-    >>> head_subset(5, None, 0).tolist(), len(head_subset(872, 200, 0)), head_subset(3, 10, 0).tolist()
-    ([0, 1, 2, 3, 4], 200, [0, 1, 2])
-    """
-    from attnflow.data.subsets import seeded_split
-
-    if n_chosen is None or n_chosen >= n_samples:
-        return np.arange(n_samples)
-    if n_chosen < 1:
-        raise ValueError(f"per_head_samples must be >= 1 or null, got {n_chosen}")
-    chosen, _ = seeded_split(n_samples, n_chosen, np.random.default_rng(seed))
-    return np.asarray(chosen)
 
 
 def _pad_like(arrays: Sequence[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:

@@ -6,7 +6,9 @@ Columns of :func:`correlation_frame` (one row per cell):
     mean, std, ci_low, ci_high, n, n_undefined
 
 ``variant`` is ``"configured"`` for the study's own settings, else the name of a re-scoring under
-one switch flipped alone (``"<config key>=<value>"``, :func:`switch_frame`). DVC metrics, the per-layer curves, the
+one switch flipped alone (``"<config key>=<value>"``, :func:`switch_frame`), or
+``"configured@switch_samples"``: the configured settings on the seeded subset whose importance was
+recomputed under the attribution switches (the reference of those switches' Δ). DVC metrics, the per-layer curves, the
 report's tables and the seed aggregate are all filters, pivots or group-bys of this table.
 """
 
@@ -25,6 +27,7 @@ __all__ = [
     "COLUMNS",
     "CONFIGURED",
     "CORRELATION_SWITCHES",
+    "SWITCH_REFERENCE",
     "CorrelationSettings",
     "at_last_layer",
     "configured",
@@ -42,6 +45,9 @@ COLUMNS = (
     "mean", "std", "ci_low", "ci_high", "n", "n_undefined",
 )  # fmt: skip
 CONFIGURED = "configured"
+#: The configured cells on the samples of the recomputed importance (``attribution.switch_samples``),
+#: when those are a subset: what an ``attribution.*`` switch's Δ is taken against.
+SWITCH_REFERENCE = "configured@switch_samples"
 
 #: The correlation's own switches, each flipped alone from the configured settings (the report's
 #: sensitivity table): config key -> {configured value: the value it is flipped to}.
@@ -126,6 +132,7 @@ def switch_frame(
     task: str,
     settings: CorrelationSettings,
     switched_importance: Mapping[str, tuple[str, Sequence[np.ndarray], bool]] | None = None,
+    switch_samples: Sequence[int] | None = None,
     cls_blanked: bool = True,
     seed: int = 0,
 ) -> pd.DataFrame:
@@ -137,7 +144,10 @@ def switch_frame(
     score would be a constant 0, not what anyone computed). ``switched_importance`` maps a variant
     name to ``(importance kind, scores, cls_blanked)``: importance recomputed under a switched
     attribution setting, correlated under the configured settings (CLS left out of it if it was not
-    blanked there).
+    blanked there). ``switch_samples``: the positions (in ``maps`` / ``importance``) of the samples
+    that ``switched_importance`` scores, in its order (None: all, in order). When they are a subset,
+    its rows are correlated on those samples, and the configured cells of those samples come as the
+    variant :data:`SWITCH_REFERENCE`, so that a Δ compares the same samples.
     """
     parts = []
     for key in CORRELATION_SWITCHES:
@@ -156,7 +166,19 @@ def switch_frame(
             undefined=flipped.undefined, n_boot=0, seed=seed,
         )  # fmt: skip
         parts.append(_frame(rows, task=task, variant=f"{key}={_text(value)}"))
-    for variant, (kind, scores, blanked) in (switched_importance or {}).items():
+    switched_importance = switched_importance or {}
+    n_samples = len(next(iter(importance.values()), []))
+    subset = switch_samples is not None and not np.array_equal(switch_samples, np.arange(n_samples))
+    if subset and switched_importance:
+        maps = {m: [v[i] for i in switch_samples] for m, v in maps.items()}
+        importance = {k: [v[i] for i in switch_samples] for k, v in importance.items()}
+        kinds = list(dict.fromkeys(kind for kind, _, _ in switched_importance.values()))
+        rows = correlation_table(
+            maps, {k: importance[k] for k in kinds}, exclude=settings.exclude(kinds), method=settings.spearman,
+            undefined=settings.undefined, n_boot=0, seed=seed,
+        )  # fmt: skip
+        parts.append(_frame(rows, task=task, variant=SWITCH_REFERENCE))
+    for variant, (kind, scores, blanked) in switched_importance.items():
         include = settings.include_cls.get(kind, True) and (blanked or kind != "blank_out")
         rows = correlation_table(
             maps, {kind: scores}, exclude={kind: () if include else (0,)}, method=settings.spearman,
@@ -174,6 +196,7 @@ def study_frame(
     task: str,
     settings: CorrelationSettings,
     switched_importance: Mapping[str, tuple[str, Sequence[np.ndarray], bool]] | None = None,
+    switch_samples: Sequence[int] | None = None,
     cls_blanked: bool = True,
     n_boot: int = 1000,
     ci: float = 0.95,
@@ -182,7 +205,7 @@ def study_frame(
 ) -> pd.DataFrame:
     """What the ``correlate`` stage writes: the configured cells of every method in ``methods``
     (per head too, :func:`correlation_frame`), then one variant per switch flipped alone
-    (:func:`switch_frame`). The per-head maps: ``heads`` = (``{<method>_heads: maps}``, the
+    (:func:`switch_frame`, ``switch_samples`` as there). The per-head maps: ``heads`` = (``{<method>_heads: maps}``, the
     importance of their samples), else the ``<method>_heads`` of ``maps`` (the same samples)."""
     rows = {m: maps[m] for m in methods}
     head_maps, head_importance = heads if heads is not None else (maps, None)
@@ -194,7 +217,7 @@ def study_frame(
     )  # fmt: skip
     switched = switch_frame(
         rows, importance, settings=settings, switched_importance=switched_importance,
-        cls_blanked=cls_blanked, seed=seed, task=task,
+        switch_samples=switch_samples, cls_blanked=cls_blanked, seed=seed, task=task,
     )  # fmt: skip
     return pd.concat([configured_cells, switched], ignore_index=True)
 

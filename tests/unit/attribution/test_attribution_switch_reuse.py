@@ -82,3 +82,23 @@ def test_every_switch_of_the_stage_equals_its_own_pass():
     assert sorted(got) == sorted(flips)
     for name, flipped in flips.items():
         assert all(np.array_equal(g, o) for g, o in zip(got[name], blank_out(flipped), strict=True)), name
+
+
+def test_switches_of_a_subset_are_the_full_passes_scores_of_those_samples():
+    """``samples`` (attribution.switch_samples): the subset's scores, in its order, are those of a
+    pass over every sample (to float32 rounding: the subset is batched by its own lengths)."""
+    model, encoder, ids, labels = _study()
+    common = dict(pad_id=encoder.pad_id, batch_size=4)
+    gradient = dict(gradient_target="p0_minus_p1", gradient_class="gold")
+    configured = attribute_samples(
+        model, ids, labels, options=method_options(["blank_out"], encoder, **gradient, **SETTINGS), **common
+    )["blank_out"]
+    kwargs = dict(settings=SETTINGS, configured=configured, encoder=encoder, gradient=gradient, **common)
+    every = blank_out_under_switches(model, ids, labels, **kwargs)
+    chosen = [7, 2, 9]
+    some = blank_out_under_switches(model, ids, labels, samples=chosen, **kwargs)
+    assert sorted(some) == sorted(every)
+    for name in every:
+        assert len(some[name]) == len(chosen)
+        for got, i in zip(some[name], chosen, strict=True):
+            np.testing.assert_allclose(got, every[name][i], rtol=0, atol=1e-6)

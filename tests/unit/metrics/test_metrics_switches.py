@@ -51,3 +51,29 @@ def test_switched_importance_is_correlated_without_cls_where_cls_was_not_blanked
     }
     frame = switch_frame(MAPS, IMPORTANCE, task="t", settings=SETTINGS, switched_importance=switched)
     assert _cell(frame, "attribution.blank_positions=skip_cls", "blank_out") == pytest.approx(1.0)
+
+
+def test_switches_of_a_subset_are_correlated_on_it_against_its_own_configured_cells():
+    # Three samples; blank-out recomputed for samples 2 and 0 only (in that order). Sample 2's
+    # recomputed scores are its configured ones, sample 0's are reversed.
+    maps = {"raw": [np.array([[0.4, 0.3, 0.2, 0.1]])] * 3}
+    configured = [np.array([0.0, 0.1, 0.2, 0.3]), np.array([4.0, 3, 2, 1]), np.array([1.0, 2, 3, 4])]
+    switched = {"attribution.x=1": ("blank_out", [configured[2], configured[0][::-1]], True)}
+    frame = switch_frame(
+        maps, {"blank_out": configured}, task="t", settings=SETTINGS, switched_importance=switched,
+        switch_samples=[2, 0],
+    )  # fmt: skip
+    # Configured: samples 2 and 0 both rank the map reversed (-1); all three: (-1 + 1 - 1) / 3.
+    assert _cell(frame, "configured@switch_samples", "blank_out") == pytest.approx(-1.0)
+    assert _cell(frame, "attribution.x=1", "blank_out") == pytest.approx(0.0)  # (-1 + 1) / 2
+    assert _cell(frame, "correlate.spearman=dense_noties", "blank_out") == pytest.approx(-1 / 3)  # all samples
+    assert frame.loc[frame["variant"] == "configured@switch_samples", "n"].tolist() == [2]
+
+
+def test_switches_of_every_sample_in_order_add_no_reference():
+    switched = {"attribution.x=1": ("blank_out", IMPORTANCE["blank_out"], True)}
+    frame = switch_frame(
+        MAPS, IMPORTANCE, task="t", settings=SETTINGS, switched_importance=switched, switch_samples=[0]
+    )
+    assert "configured@switch_samples" not in set(frame["variant"])
+    assert _cell(frame, "attribution.x=1", "blank_out") == pytest.approx(-1.0)

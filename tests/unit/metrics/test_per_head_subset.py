@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnflow.explain.samples import explain_samples, head_subset
+from attnflow.data.subsets import seeded_subset
+from attnflow.explain.samples import explain_samples
 from attnflow.io import ArtifactError, align_ids
 from attnflow.metrics.tables import CorrelationSettings, study_frame
 
@@ -35,13 +36,13 @@ def test_heads_only_refuses_methods_without_a_per_head_variant():
         explain_samples(_attention(np.random.default_rng(0), 1), methods=["chefer"], heads_only=True)
 
 
-def test_head_subset_is_seeded_sorted_and_all_when_there_are_fewer_samples():
-    a, b = head_subset(50, 10, seed=3), head_subset(50, 10, seed=3)
+def test_seeded_subset_is_seeded_sorted_and_all_when_there_are_fewer_samples():
+    a, b = seeded_subset(50, 10, seed=3), seeded_subset(50, 10, seed=3)
     assert a.tolist() == b.tolist() == sorted(set(a.tolist())) and len(a) == 10
-    assert head_subset(50, 10, seed=4).tolist() != a.tolist()
-    assert head_subset(4, 10, seed=0).tolist() == head_subset(4, None, seed=0).tolist() == [0, 1, 2, 3]
+    assert seeded_subset(50, 10, seed=4).tolist() != a.tolist()
+    assert seeded_subset(4, 10, seed=0).tolist() == seeded_subset(4, None, seed=0).tolist() == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="per_head_samples"):
-        head_subset(4, 0, seed=0)
+        seeded_subset(4, 0, seed=0, what="explain.per_head_samples")
 
 
 def test_per_head_cells_of_a_subset_equal_the_study_run_on_that_subset_alone():
@@ -49,7 +50,7 @@ def test_per_head_cells_of_a_subset_equal_the_study_run_on_that_subset_alone():
     attn = _attention(rng, 8)
     importance = {"blank_out": [rng.random(a.shape[-1]) for a in attn]}
     maps = explain_samples(attn, methods=["raw", "flow"], rows="max", per_head=True)
-    chosen = head_subset(8, 3, seed=0)
+    chosen = seeded_subset(8, 3, seed=0)
     heads = {k: [maps[k][i] for i in chosen] for k in ("raw_heads", "flow_heads")}
     sub_importance = {k: [v[i] for i in chosen] for k, v in importance.items()}
     common = dict(methods=["raw", "flow"], task="t", settings=SETTINGS, n_boot=0)

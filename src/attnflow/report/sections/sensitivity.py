@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from attnflow.metrics.tables import CONFIGURED, configured
+from attnflow.metrics.tables import CONFIGURED, SWITCH_REFERENCE, configured
 
 from ..context import Context
 from ..document import Heading, Paragraph, Table
@@ -21,17 +21,29 @@ from ..tables import EXPLAINER_LABELS, IMPORTANCE_LABELS, Grid, fmt_delta
 KEYS = ["importance", "method", "layer"]
 
 
-def switch_deltas(table: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
+def switch_deltas(
+    table: pd.DataFrame, reference: pd.DataFrame, subset: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Per (variant, importance, method, layer): the variant's mean minus the reference's
-    (both all-heads cells; ``reference`` holds the configured cells).
+    (all-heads cells; ``reference`` holds the configured cells). ``subset``: the configured cells of
+    the samples the ``attribution.*`` switches were recomputed on (variant ``SWITCH_REFERENCE``), the
+    reference of those variants where given.
 
     >>> ref = pd.DataFrame({"importance": "i", "method": "m", "layer": [1], "mean": [0.5]})
-    >>> var = pd.DataFrame({"variant": "x=1", "importance": "i", "method": "m", "layer": [1], "mean": [0.7]})
+    >>> var = pd.DataFrame({"variant": ["x=1", "attribution.y=2"], "importance": "i", "method": "m",
+    ...                     "layer": 1, "mean": [0.7, 0.7]})
     >>> switch_deltas(var, ref)[["variant", "delta"]].round(6).values.tolist()
-    [['x=1', 0.2]]
+    [['x=1', 0.2], ['attribution.y=2', 0.2]]
+    >>> sub = ref.assign(mean=0.6)
+    >>> switch_deltas(var, ref, sub)[["variant", "delta"]].round(6).values.tolist()
+    [['x=1', 0.2], ['attribution.y=2', 0.1]]
     """
     base = reference.set_index(KEYS)["mean"].rename("base")
     out = table.join(base, on=KEYS)
+    if subset is not None and not subset.empty:
+        on_subset = out["variant"].astype(str).str.startswith("attribution.")
+        sub_base = out[KEYS].join(subset.set_index(KEYS)["mean"].rename("base"), on=KEYS)["base"]
+        out["base"] = out["base"].where(~on_subset, sub_base)
     return out.assign(delta=out["mean"].astype(float) - out["base"].astype(float))
 
 
@@ -48,16 +60,21 @@ def _sweep_variants(ctx: Context, task: str) -> pd.DataFrame | None:
 
 
 def section(ctx: Context) -> None:
-    blocks = []
+    blocks, subsets = [], []
     for task, got in ctx.inputs.items():
         if got.table is None:
             continue
         table = got.table[got.table["head"].isna()]
         reference = table[table["variant"] == CONFIGURED]
-        parts = [table[table["variant"] != CONFIGURED]]
+        subset = table[table["variant"] == SWITCH_REFERENCE]
+        if not subset.empty:
+            subsets.append(f"{task}: {int(subset['n'].max())} samples")
+        parts = [table[~table["variant"].isin([CONFIGURED, SWITCH_REFERENCE])]]
         if (sweep := _sweep_variants(ctx, task)) is not None:
             parts.append(sweep)
-        deltas = switch_deltas(pd.concat(parts, ignore_index=True)[["variant", *KEYS, "mean"]], reference)
+        deltas = switch_deltas(
+            pd.concat(parts, ignore_index=True)[["variant", *KEYS, "mean"]], reference, subset
+        )
         for paper in TABLES:
             if paper.task != task:
                 continue
@@ -86,6 +103,13 @@ def section(ctx: Context) -> None:
                 "same maps and importance; `attribution.*` rows recompute blank-out (CLS is ranked against "
                 "blank-out only where it was blanked); `+switch=*` rows are whole study runs at this seed "
                 "with that one change (a retrained model for `no_eos` and the training-size rows)."
+                + (
+                    " `attribution.*` rows are computed on a seeded subset (`attribution.switch_samples`; "
+                    + "; ".join(subsets)
+                    + "), and their Δ is taken against this run's cells of the same samples."
+                    if subsets
+                    else ""
+                )
             ),
             *blocks,
         )

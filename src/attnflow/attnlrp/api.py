@@ -137,6 +137,10 @@ def attnlrp_batch(
     input_ids = input_ids[:, :tokens]
     attention_mask = None if attention_mask is None else attention_mask[:, :tokens]
     token_type_ids = None if token_type_ids is None else token_type_ids[:, :tokens]
+    device = model.get_input_embeddings().weight.device  # the inputs go where the model is
+    input_ids, attention_mask, token_type_ids = (
+        None if t is None else t.to(device) for t in (input_ids, attention_mask, token_type_ids)
+    )
     targets = [None] * bsz if targets is None else list(targets)
     positions = [-1] * bsz if positions is None else list(positions)
     if len(targets) != bsz or len(positions) != bsz:

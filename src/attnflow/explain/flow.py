@@ -16,7 +16,15 @@ from ._common import (
     prepare,
     row_sums,
 )
-from ._maxflow import _kernels, flow_threads, layered_max_flow, lower_max_flow, small_full_flow
+from ._maxflow import (
+    SERIAL_WORK,
+    _kernels,
+    flow_threads,
+    layered_max_flow,
+    lower_max_flow,
+    small_full_flow,
+)
+from ._maxflow._plan import SMALL_ROWS, SWEEP_LAYERS_MIN, SWEEP_ROWS_MIN
 
 __all__ = ["attention_flow"]
 
@@ -27,6 +35,69 @@ FAST_MARGIN = 1e-9
 # Attention of at least this many entries (2 MiB of float64) is mixed on the solver's threads (the
 # CPUs free now): a smaller one costs less than waking a thread.
 MIX_THREADS_MIN = 2**18
+
+
+# `_kernels.mean_flow_small` normalises rows with numpy's order of additions (einsum's, as
+# `row_sums`): checked against numpy once per process (None: not yet), else the call takes the
+# numpy row sums of `_fast_caps`.
+_NP_SUMS = {"same": None}
+
+
+def _np_sums_agree() -> bool:
+    """Whether the kernels' row sums equal `row_sums` to the bit (lengths 1-130, checked once)."""
+    if _NP_SUMS["same"] is None:
+        # rows of lengths 1-33 (every remainder mod 8 with up to four blocks of 8) and a few long
+        # ones, entries of many magnitudes: sums whose rounding depends on the order of the
+        # additions (a plain left-to-right sum differs from numpy's at almost every length)
+        x = np.sin(np.arange(64 * 130, dtype=np.float64) * 0.7).reshape(64, 130) ** 2
+        x *= np.exp(np.cos(np.arange(64 * 130) * 1.3).reshape(64, 130) * 20.0)
+        same = all(
+            np.array_equal(
+                _kernels.row_sums_np(x[:, :tokens]).view(np.uint64), row_sums(x[:, :tokens]).view(np.uint64)
+            )
+            for tokens in (*range(1, 34), 64, 127, 130)
+        )
+        _NP_SUMS["same"] = bool(same)
+    return _NP_SUMS["same"]
+
+
+def _fast_small(
+    attn: Any, residual: float, heads: Any, lengths: Any, mask: Any, renormalize: bool,
+    sources: Any, layers: Any, normalize: bool, progress: bool | None,
+) -> np.ndarray | None:  # fmt: skip
+    """The common call (see `_fast_caps`) when it is also small -- sources and layers as None, an
+    int or a list of ints, layers in order, at most SMALL_ROWS rows, none to sweep, no progress
+    bar, e.g. CLS flow of one sample -- in one kernel call (`_kernels.mean_flow_small`): the values
+    of `_fast_caps` + `_fast_flow` bit for bit; None for any other call (nothing computed)."""
+    if (
+        progress
+        or type(attn) is not np.ndarray
+        or attn.dtype != np.float64
+        or not isinstance(heads, str)
+        or heads != "mean"
+        or renormalize
+        or lengths is not None
+        or mask is not None
+        or attn.ndim not in (4, 5)
+        or attn.shape[-1] != attn.shape[-2]
+        or not _np_sums_agree()
+    ):
+        return None
+    batched = attn.ndim == 5
+    limits = np.array(
+        (SMALL_ROWS, SWEEP_ROWS_MIN, SWEEP_LAYERS_MIN, flow_threads(None), MIX_THREADS_MIN), np.int64
+    )
+    return _kernels.mean_flow_small(
+        attn if batched else attn[None],
+        batched,
+        residual,
+        ROW_SUM_TOLS["float64"] - FAST_MARGIN,
+        layers,
+        sources,
+        bool(normalize),
+        limits,
+        SERIAL_WORK,
+    )
 
 
 def _fast_caps(attn: Any, residual: float, heads: Any, lengths: Any, mask: Any, renormalize: bool):
@@ -50,12 +121,15 @@ def _fast_caps(attn: Any, residual: float, heads: Any, lengths: Any, mask: Any, 
     x = attn if batched else attn[None]  # (B, L, H, T, T)
     # with the checks of `prepare` in the same pass: >= 0, every row summing to 1 (NaN, inf fail)
     threads = flow_threads() if x.size >= MIX_THREADS_MIN else 1
+    # the row normalisation in the same pass when the kernels' row sums are numpy's (checked once)
+    divide = _np_sums_agree()
     caps = _kernels.mix_heads(
-        np.ascontiguousarray(x), residual, ROW_SUM_TOLS["float64"] - FAST_MARGIN, threads
+        np.ascontiguousarray(x), residual, ROW_SUM_TOLS["float64"] - FAST_MARGIN, threads, divide
     )
     if caps is None:
         return None
-    _kernels.divide_rows(caps, row_sums(caps))  # = normalize_rows, in place on our own array
+    if not divide:
+        _kernels.divide_rows(caps, row_sums(caps))  # = normalize_rows, in place on our own array
     return caps, batched
 
 
@@ -194,6 +268,11 @@ def attention_flow(
     residual = check_residual(residual)
     if not isinstance(normalize, bool | np.bool_):
         raise ValueError(f"normalize must be True or False, got {normalize!r}")
+    values = _fast_small(
+        attn, residual, heads, lengths, mask, renormalize, sources, layers, normalize, progress
+    )
+    if values is not None:
+        return values
     fast = _fast_caps(attn, residual, heads, lengths, mask, renormalize)
     if fast is not None:
         return _fast_flow(*fast, sources, layers, normalize, progress)

@@ -1,10 +1,15 @@
 // The greedy first preflow: one pass down the layers.
 #pragma once
 
+#include <limits>
+
 #include "workspace.hpp"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
 #endif
 
 namespace maxflow {
@@ -41,10 +46,88 @@ inline i64 rank_desc(const double* vals, i64 i, i64 n) {
     return count_above<false>(vals, i, v) + count_above<true>(vals + i + 1, n - i - 1, v);
 }
 
+// Ranks of rows up to RANK_MAX_N entries without ties: rank_i = #{j: vals[j] > vals[i]}, the
+// rank of rank_desc when no two ranked entries are equal (then #{j < i: vals[j] >= v} counts no
+// equal entry). One pass over the row per entry (padded with NaN, never counted), two doubles per
+// SSE2 compare, no tail. Ties make two entries share a rank: found by the ranks taken (a bit per
+// rank), and then false is returned and the caller ranks the row with rank_desc. With
+// `positive`, only entries > RESIDUAL_EPS are ranked (order_desc_positive); *count = how many.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MAXFLOW_AVX2_RANKS 1
+// ranks_untied with four doubles per compare, on CPUs with AVX2 (checked once, at load): compares
+// only, so the same ranks on any CPU.
+__attribute__((target("avx2"))) inline bool ranks_untied_avx2(const double* vals, i64* idx, i64 n, bool positive,
+                                                              i64* count) {
+    alignas(32) double pad[RANK_MAX_N + 4];
+    const i64 n4 = (n + 3) & ~i64(3);
+    for (i64 j = 0; j < n; ++j) pad[j] = vals[j];
+    for (i64 j = n; j < n4; ++j) pad[j] = std::numeric_limits<double>::quiet_NaN();
+    u64 taken = 0;
+    i64 c = 0;
+    for (i64 i = 0; i < n; ++i) {
+        const double v = pad[i];
+        if (positive && !(v > RESIDUAL_EPS)) continue;
+        const __m256d vv = _mm256_set1_pd(v);
+        __m256i acc = _mm256_setzero_si256();
+        for (i64 j = 0; j < n4; j += 4)
+            acc = _mm256_sub_epi64(acc, _mm256_castpd_si256(_mm256_cmp_pd(_mm256_load_pd(pad + j), vv, _CMP_GT_OQ)));
+        const __m128i half = _mm_add_epi64(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+        const i64 r = _mm_cvtsi128_si64(half) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(half, half));
+        const u64 b = u64(1) << u64(r);
+        if ((taken & b) != 0 || v != v) return false;
+        taken |= b;
+        idx[r] = i;
+        c += 1;
+    }
+    *count = c;
+    return true;
+}
+
+inline const bool HAS_AVX2 = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+}();
+#endif
+
+inline bool ranks_untied(const double* vals, i64* idx, i64 n, bool positive, i64* count) {
+#if defined(MAXFLOW_AVX2_RANKS)
+    if (HAS_AVX2) return ranks_untied_avx2(vals, idx, n, positive, count);
+#endif
+#if defined(__SSE2__)
+    alignas(16) double pad[RANK_MAX_N + 2];
+    const i64 n2 = (n + 1) & ~i64(1);
+    for (i64 j = 0; j < n; ++j) pad[j] = vals[j];
+    if (n2 > n) pad[n] = std::numeric_limits<double>::quiet_NaN();
+    u64 taken = 0;
+    i64 c = 0;
+    for (i64 i = 0; i < n; ++i) {
+        const double v = pad[i];
+        if (positive && !(v > RESIDUAL_EPS)) continue;
+        const __m128d vv = _mm_set1_pd(v);
+        __m128i acc = _mm_setzero_si128();
+        for (i64 j = 0; j < n2; j += 2)
+            acc = _mm_sub_epi64(acc, _mm_castpd_si128(_mm_cmpgt_pd(_mm_load_pd(pad + j), vv)));
+        const i64 r = _mm_cvtsi128_si64(acc) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(acc, acc));
+        const u64 b = u64(1) << u64(r);
+        if ((taken & b) != 0 || v != v) return false;  // a tie (or a NaN): rank_desc decides
+        taken |= b;
+        idx[r] = i;
+        c += 1;
+    }
+    *count = c;
+    return true;
+#else
+    (void)vals, (void)idx, (void)n, (void)positive, (void)count;
+    return false;
+#endif
+}
+
 // idx[:n] = positions 0..n-1 by decreasing vals[:n], ties in position order (a stable order:
 // ranks for short rows, merge sort for long ones -- the same permutation).
 inline void order_desc(const double* vals, i64* idx, i64 n) {
     if (n <= RANK_MAX_N) {
+        i64 count;
+        if (ranks_untied(vals, idx, n, false, &count)) return;
         for (i64 i = 0; i < n; ++i) idx[rank_desc(vals, i, n)] = i;
         return;
     }
@@ -60,6 +143,8 @@ inline void order_desc(const double* vals, i64* idx, i64 n) {
 inline i64 order_desc_positive(const double* vals, i64* idx, i64 n) {
     i64 count = 0;
     if (n <= RANK_MAX_N) {
+        if (ranks_untied(vals, idx, n, true, &count)) return count;
+        count = 0;
         for (i64 i = 0; i < n; ++i) {
             if (!(vals[i] > RESIDUAL_EPS)) continue;
             idx[rank_desc(vals, i, n)] = i;
@@ -139,32 +224,49 @@ inline GreedyResult greedy(const double* C, const double* a, const double* bcap,
         const i64* sending = given ? a_order : senders;
         for (i64 p = 0; p < n; ++p) nxt[p] = p + 1;  // position p -> next; n ends the list; nxt[n] = head
         nxt[n] = 0;
+        double* e_t = e + t * n;
         for (i64 q = 0; q < n_send; ++q) {
             const i64 i = sending[q];
             const i64 x = m * n + i;
             double left = e[x];
             if (left <= RESIDUAL_EPS) break;
+            const i64 row = ws.geo.arc(t, i, 0);  // arc (t, i, k) = row + k
+            const double* Crow = C + row;
+            double* Frow = F + row;
+            // room for a whole row of arcs in `touched`: no check per arc (the list cannot overflow)
+            const bool room = n_touched >= 0 && n_touched + n <= cap_t;
+            const i64 row_entry = pack(t, i, 0);
             i64 prev = n;
             i64 p = nxt[n];
             while (p < n) {
                 const i64 k = children[p];
-                const i64 arc = ws.geo.arc(t, i, k);
                 // a packed (causal) row has no arcs to later positions: capacity 0
-                const double cap = WS::Layout::packed && k > i ? 0.0 : C[arc];
-                const double amt = std::min(std::min(left, cap), rho_t[k]);
+                const double cap = WS::Layout::packed && k > i ? 0.0 : Crow[k];
+                double rk = rho_t[k];
+                // min(min(left, cap), rk) for capacities and flows that are never NaN: the same
+                // value (a +-0 result is <= RESIDUAL_EPS and never used), with min(cap, rk) off
+                // the chain through `left`
+                const double amt = std::min(left, std::min(cap, rk));
                 if (amt > RESIDUAL_EPS) {
-                    if (n_touched >= 0 && n_touched < cap_t) {
-                        ws.touched[n_touched] = pack(t, i, k) | (cap - amt > RESIDUAL_EPS ? 0 : TOUCH_FULL);
+                    const i64 entry = row_entry | k | (cap - amt > RESIDUAL_EPS ? 0 : TOUCH_FULL);
+                    if (room) {
+                        ws.touched[n_touched] = entry;
+                        ws.touched_arc[n_touched] = row + k;
+                        n_touched += 1;
+                    } else if (n_touched >= 0 && n_touched < cap_t) {
+                        ws.touched[n_touched] = entry;
+                        ws.touched_arc[n_touched] = row + k;
                         n_touched += 1;
                     } else {
                         n_touched = -1;
                     }
-                    F[arc] = amt;
-                    rho_t[k] -= amt;
-                    e[t * n + k] += amt;
+                    Frow[k] = amt;
+                    rk = rk - amt;
+                    rho_t[k] = rk;
+                    e_t[k] += amt;
                     left -= amt;
                 }
-                if (rho_t[k] <= RESIDUAL_EPS) {  // full: drop it from the list
+                if (rk <= RESIDUAL_EPS) {  // full: drop it from the list
                     nxt[prev] = nxt[p];
                 } else {
                     prev = p;

@@ -78,39 +78,63 @@ void run_rows(const F64& caps, const I64& lengths, const I64& row_b, const I64& 
 // row_src[q]], the `_small` test and the thread count, then run_rows): returns the (B * Q, N)
 // values, or None when the call is not small (it then needs the plan). limits = (SMALL_ROWS,
 // SWEEP_ROWS_MIN, SWEEP_LAYERS_MIN, threads free); serial_work = SERIAL_WORK.
+// The rows of a small call of a full batch (no padding): r = (b, q) for every sample b and q < Q,
+// source (layer lq[q] + 1, position sq[q]); lq non-decreasing and in range. False when the call is
+// not small (`_small`: more than SMALL_ROWS rows, or SWEEP_ROWS_MIN rows of one (sample, layer) at
+// layer >= SWEEP_LAYERS_MIN); nothing is computed then. lim = (SMALL_ROWS, SWEEP_ROWS_MIN,
+// SWEEP_LAYERS_MIN, threads free).
+bool small_rows(i64 B, i64 Q, const i64* lq, const i64* lim, std::vector<i64>& rb, std::vector<i64>& rl) {
+    const i64 R = B * Q, gap = lim[1] - 1;
+    if (R > lim[0]) return false;
+    rb.resize(R), rl.resize(R);
+    for (i64 r = 0; r < R; ++r) rb[r] = r / Q, rl[r] = lq[r % Q] + 1;
+    for (i64 r = 0; gap >= 1 && r + gap < R; ++r)
+        if (rb[r + gap] == rb[r] && rl[r + gap] == rl[r] && rl[r + gap] >= lim[2]) return false;
+    return true;
+}
+
+// The values of the rows of small_rows (out: (B * Q, N), zero-filled here): the supplies
+// caps[b, lq[q], sq[q]], the thread count from the estimated work, then the closed forms and the
+// sink ranges of the other rows (rows_kernel). What layered_max_flow does with such a call.
+void small_flow(const double* cp, i64 B, i64 Lmax, i64 N, i64 Q, const i64* sq, const i64* lim,
+                double serial_work, const std::vector<i64>& rb, const std::vector<i64>& rl, double* out) {
+    const i64 R = B * Q;
+    double work = 0.0;  // whole numbers below 2**53: exact in any order
+    const double n = double(N);
+    for (i64 r = 0; r < R; ++r) work += n * n * (rl[r] <= 2 ? 1.0 : n * double(std::max<i64>(rl[r] - 2, 1)));
+    const i64 threads = work < serial_work ? 1 : std::min(lim[3], N);
+    std::vector<double> supply(R * N);
+    std::vector<i64> lengths(B, N);
+    for (i64 r = 0; r < R; ++r) {
+        const double* src = cp + ((rb[r] * Lmax + rl[r] - 1) * N + sq[r % Q]) * N;
+        std::copy(src, src + N, supply.data() + r * N);
+    }
+    std::fill(out, out + R * N, 0.0);
+    const Call c{cp, B, Lmax, N, lengths.data(), rb.data(), rl.data(), supply.data(), out};
+    rows_kernel(c, R, threads, threads);
+}
+
+// The small call of a full batch (no padding) in one step: rows r = (b, q) for every sample b and
+// q < Q, source (layer row_layer[q] + 1, position row_src[q]); row_layer non-decreasing. Does what
+// layered_max_flow does with such a call (the rows, their supplies caps[b, row_layer[q],
+// row_src[q]], the `_small` test and the thread count, then run_rows): returns the (B * Q, N)
+// values, or None when the call is not small (it then needs the plan). limits = (SMALL_ROWS,
+// SWEEP_ROWS_MIN, SWEEP_LAYERS_MIN, threads free); serial_work = SERIAL_WORK.
 py::object run_full_small(const F64& caps, const I64& row_layer, const I64& row_src, const I64& limits,
                           double serial_work) {
     require(caps.ndim() == 4 && caps.shape(2) == caps.shape(3), "caps must be (B, L, N, N)");
     require(limits.size() == 4, "limits must be (SMALL_ROWS, SWEEP_ROWS_MIN, SWEEP_LAYERS_MIN, threads)");
     const i64 B = caps.shape(0), Lmax = caps.shape(1), N = caps.shape(2), Q = row_layer.size();
     require(row_src.size() == Q && Q >= 1, "row_layer, row_src must be (Q,), Q >= 1");
-    const i64* lim = limits.data();
-    const i64 R = B * Q, gap = lim[1] - 1;
-    if (R > lim[0]) return py::none();
     const i64 *lq = row_layer.data(), *sq = row_src.data();
     for (i64 q = 0; q < Q; ++q) {
         require(lq[q] >= 0 && lq[q] < Lmax && sq[q] >= 0 && sq[q] < N, "a row is out of range");
         require(q == 0 || lq[q] >= lq[q - 1], "row_layer must be non-decreasing");
     }
-    std::vector<i64> rb(R), rl(R), lengths(B, N);
-    for (i64 r = 0; r < R; ++r) rb[r] = r / Q, rl[r] = lq[r % Q] + 1;
-    // `_small`: no SWEEP_ROWS_MIN rows of one (sample, layer) at layer >= SWEEP_LAYERS_MIN
-    for (i64 r = 0; gap >= 1 && r + gap < R; ++r)
-        if (rb[r + gap] == rb[r] && rl[r + gap] == rl[r] && rl[r + gap] >= lim[2]) return py::none();
-    double work = 0.0;  // whole numbers below 2**53: exact in any order
-    const double n = double(N);
-    for (i64 r = 0; r < R; ++r) work += n * n * (rl[r] <= 2 ? 1.0 : n * double(std::max<i64>(rl[r] - 2, 1)));
-    const i64 threads = work < serial_work ? 1 : std::min(lim[3], N);
-    std::vector<double> supply(R * N);
-    const double* cp = caps.data();
-    for (i64 r = 0; r < R; ++r) {
-        const double* src = cp + ((rb[r] * Lmax + rl[r] - 1) * N + sq[r % Q]) * N;
-        std::copy(src, src + N, supply.data() + r * N);
-    }
-    py::array_t<double, py::array::c_style> out({R, N});
-    std::fill(out.mutable_data(), out.mutable_data() + R * N, 0.0);
-    const Call c{cp, B, Lmax, N, lengths.data(), rb.data(), rl.data(), supply.data(), out.mutable_data()};
-    rows_kernel(c, R, threads, threads);
+    std::vector<i64> rb, rl;
+    if (!small_rows(B, Q, lq, limits.data(), rb, rl)) return py::none();
+    py::array_t<double, py::array::c_style> out({B * Q, N});
+    small_flow(caps.data(), B, Lmax, N, Q, sq, limits.data(), serial_work, rb, rl, out.mutable_data());
     return std::move(out);
 }
 
@@ -157,15 +181,50 @@ void run_tasks(const F64& caps, const I64& lengths, const I64& row_b, const I64&
 // the tolerance, so their order does not matter (the caller leaves a margin). The (b, l) matrices are split over up to
 // `threads` threads of the pool (each matrix computed by one thread, in the same order: the
 // same values).
-py::object mix_heads(const F64& attn, double residual, double tol, i64 threads) {
-    require(attn.ndim() == 5 && attn.shape(3) == attn.shape(4), "attn must be (B, L, H, T, T)");
-    const i64 B = attn.shape(0), L = attn.shape(1), H = attn.shape(2), T = attn.shape(3), TT = T * T;
-    require(H >= 1, "attn needs at least one head");
-    require(threads >= 1, "threads must be >= 1");
-    py::array_t<double, py::array::c_style> out({B, L, T, T});
-    const double* x = attn.data();
-    double* o = out.mutable_data();
+// numpy's einsum("...k->...") of one contiguous row of float64 (`row_sums`), its order of additions
+// (numpy 2's sum_of_arr with two-lane vectors): lane l takes entries 2p + l, eight at a time as
+// (x0 + x1) + (x2 + x3) of their pairs added to the lane, then pairs one by one (the last lane of
+// an odd row gets 0.0), and lane 0 + lane 1 at the end. flow.py checks it against numpy once per
+// process before it trusts it (`row_sums_np`), and takes numpy's row sums otherwise.
+inline double np_row_sum(const double* d, i64 count) {
+    double acc0 = 0.0, acc1 = 0.0;
+    for (; count >= 8; count -= 8, d += 8) {
+        acc0 = ((d[0] + d[2]) + (d[4] + d[6])) + acc0;
+        acc1 = ((d[1] + d[3]) + (d[5] + d[7])) + acc1;
+    }
+    for (; count > 0; count -= 2, d += 2) {
+        acc0 = d[0] + acc0;
+        acc1 = (count >= 2 ? d[1] : 0.0) + acc1;
+    }
+    return acc0 + acc1;
+}
+
+// np_row_sum over the last axis of x: (..., T) -> (...,), for the check against numpy.
+py::array_t<double> row_sums_np(const F64& x) {
+    require(x.ndim() >= 1, "x needs a last axis");
+    const i64 T = x.shape(x.ndim() - 1), rows = T == 0 ? 0 : x.size() / T;
+    py::array_t<double> out(rows);
+    for (i64 r = 0; r < rows; ++r) out.mutable_data()[r] = np_row_sum(x.data() + r * T, T);
+    return out;
+}
+
+// Head mean and residual of a full batch: out[b, l] = (1 - r) * (sum_h attn[b, l, h]) / H + r I.
+// The same float64 operations in the same order as numpy's attn.mean(axis=2) (heads added one
+// after another from head 0, then divided by H) followed by `mix_residual` before its row
+// normalisation, so the result is bit-identical. attn: (B, L, H, T, T) -> (B, L, T, T).
+// In the same pass, the checks of `prepare` on every row of every head: all entries >= 0 and the
+// row sum within `tol` of 1 (a NaN or inf makes the sum fail); false when one fails (the caller
+// then takes the general path, which words the error). The sums here are only compared with
+// the tolerance, so their order does not matter (the caller leaves a margin). With `divide`, each
+// row is then divided by its sum (np_row_sum; 0 where the sum is not > 0): `normalize_rows`. The
+// (b, l) matrices are split over up to `threads` threads of the pool (each matrix computed by one
+// thread, in the same order: the same values).
+bool mix_into(const double* x, i64 B, i64 L, i64 H, i64 T, double residual, double tol, i64 threads,
+              bool divide, double* o) {
+    const i64 TT = T * T;
     const double keep = 1.0 - residual, heads = double(H);
+    const bool pow2 = (H & (H - 1)) == 0;  // H = 2^p: 1 / H is exact
+    const double inv_heads = 1.0 / heads;
     std::atomic<bool> ok{true};
     const i64 G = B * L, parts = std::max<i64>(std::min(threads, G), 1);
     auto mix = [&](i64 part) {
@@ -175,13 +234,14 @@ py::object mix_heads(const F64& attn, double residual, double tol, i64 threads) 
             bool good = true;
             for (i64 h = 0; h < H && good; ++h) {
                 const double* xh = xg + h * TT;
+                // the head added to the sum as one run of T * T entries (each entry the same
+                // addition, heads in order), then its rows checked
+                if (h == 0)
+                    std::copy(xh, xh + TT, og);
+                else
+                    for (i64 k = 0; k < TT; ++k) og[k] += xh[k];
                 for (i64 i = 0; i < T; ++i) {
                     const double* row = xh + i * T;
-                    double* orow = og + i * T;
-                    if (h == 0)
-                        for (i64 k = 0; k < T; ++k) orow[k] = row[k];
-                    else
-                        for (i64 k = 0; k < T; ++k) orow[k] += row[k];
                     // the check: four partial sums (independent chains; only compared with tol)
                     double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0, low = 0.0;
                     i64 k = 0;
@@ -198,15 +258,117 @@ py::object mix_heads(const F64& attn, double residual, double tol, i64 threads) 
                 ok.store(false, std::memory_order_relaxed);
                 return;
             }
-            for (i64 k = 0; k < TT; ++k) og[k] = keep * (og[k] / heads);
+            if (pow2)  // x / 2^p and x * 2^-p are the same real number, rounded alike: the same bits
+                for (i64 k = 0; k < TT; ++k) og[k] = keep * (og[k] * inv_heads);
+            else
+                for (i64 k = 0; k < TT; ++k) og[k] = keep * (og[k] / heads);
             for (i64 i = 0; i < T; ++i) og[i * T + i] += residual;
+            if (divide)
+                for (i64 i = 0; i < T; ++i) {
+                    double* orow = og + i * T;
+                    const double d = np_row_sum(orow, T);
+                    if (d > 0)
+                        for (i64 k = 0; k < T; ++k) orow[k] = orow[k] / d;
+                    else
+                        for (i64 k = 0; k < T; ++k) orow[k] = 0.0;
+                }
         }
     };
+    pool().run(parts, parts, mix);
+    return ok.load();
+}
+
+py::object mix_heads(const F64& attn, double residual, double tol, i64 threads, bool divide) {
+    require(attn.ndim() == 5 && attn.shape(3) == attn.shape(4), "attn must be (B, L, H, T, T)");
+    const i64 B = attn.shape(0), L = attn.shape(1), H = attn.shape(2), T = attn.shape(3);
+    require(H >= 1, "attn needs at least one head");
+    require(threads >= 1, "threads must be >= 1");
+    py::array_t<double, py::array::c_style> out({B, L, T, T});
+    bool ok;
     {
         py::gil_scoped_release release;
-        pool().run(parts, parts, mix);
+        ok = mix_into(attn.data(), B, L, H, T, residual, tol, threads, divide, out.mutable_data());
     }
     if (!ok) return py::none();
+    return std::move(out);
+}
+
+// Positions of `attention_flow`'s sources or layers as given, when they are the common kinds:
+// None (all of 0..upper-1), a Python int, or a list of Python ints, each in [0, upper). False for
+// anything else (the caller's general path checks it and words the error).
+bool positions(const py::handle& v, i64 upper, std::vector<i64>& out) {
+    out.clear();
+    if (v.is_none()) {
+        for (i64 i = 0; i < upper; ++i) out.push_back(i);
+        return upper > 0;
+    }
+    auto one = [&](PyObject* o) {
+        if (!PyLong_CheckExact(o)) return false;
+        int overflow = 0;
+        const long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (overflow != 0 || x < 0 || x >= upper) return false;
+        out.push_back(i64(x));
+        return true;
+    };
+    if (PyLong_CheckExact(v.ptr())) return one(v.ptr());
+    if (!PyList_CheckExact(v.ptr())) return false;
+    const Py_ssize_t size = PyList_GET_SIZE(v.ptr());
+    if (size == 0) return false;
+    for (Py_ssize_t q = 0; q < size; ++q)
+        if (!one(PyList_GET_ITEM(v.ptr(), q))) return false;
+    return true;
+}
+
+// attention_flow of the common small call in one step: float64 attention (B, L, H, T, T) (or
+// (L, H, T, T), batched = false) without padding, mean heads; `layers` and `sources` as given to
+// attention_flow. The capacities (mix_into, rows normalised as `normalize_rows` does), the rows
+// (layers x sources, the order of `_fast_flow`), the values (small_flow) and, with `normalize`, each
+// value row divided by its sum: the values of `_fast_caps` + `_fast_flow`, bit for bit, shaped
+// (B, layers, sources, T) (without B when not batched). None, before any work, when the call is not
+// of that kind or not small (layers out of order, too many rows, rows to sweep, positions not given
+// as None / int / list of ints in range), or after the mix when a check fails: the caller then
+// takes the paths that word errors and plan large calls. limits = (SMALL_ROWS, SWEEP_ROWS_MIN,
+// SWEEP_LAYERS_MIN, threads free, MIX_THREADS_MIN).
+py::object mean_flow_small(const F64& attn, bool batched, double residual, double tol, const py::object& layers,
+                           const py::object& sources, bool normalize, const I64& limits, double serial_work) {
+    require(limits.size() == 5, "limits must be (SMALL_ROWS, SWEEP_ROWS_MIN, SWEEP_LAYERS_MIN, threads, MIX_MIN)");
+    if (attn.ndim() != 5 || attn.shape(3) != attn.shape(4)) return py::none();
+    const i64 B = attn.shape(0), L = attn.shape(1), H = attn.shape(2), T = attn.shape(3);
+    if (B == 0 || L == 0 || H == 0 || T == 0) return py::none();
+    require(T <= TOUCH_MASK && L < TOUCH_LAYERS, "too many positions or layers");
+    const i64* lim = limits.data();
+    thread_local std::vector<i64> lay, src, rb, rl;
+    if (!positions(layers, L, lay) || !positions(sources, T, src)) return py::none();
+    const i64 nl = i64(lay.size()), ns = i64(src.size()), Q = nl * ns;
+    for (i64 q = 1; q < nl; ++q)
+        if (lay[q] < lay[q - 1]) return py::none();  // rows out of layer order: the planned path
+    std::vector<i64> lq(Q), sq(Q);
+    for (i64 q = 0; q < Q; ++q) lq[q] = lay[q / ns], sq[q] = src[q % ns];
+    if (!small_rows(B, Q, lq.data(), lim, rb, rl)) return py::none();
+    const i64 mix_threads = attn.size() >= lim[4] ? lim[3] : 1;
+    thread_local std::vector<double> caps;
+    caps.resize(B * L * T * T);
+    std::vector<py::ssize_t> shape{B, nl, ns, T};
+    if (!batched) shape.erase(shape.begin());
+    py::array_t<double, py::array::c_style> out(shape);
+    double* o = out.mutable_data();
+    bool ok;
+    {
+        py::gil_scoped_release release;
+        ok = mix_into(attn.data(), B, L, H, T, residual, tol, mix_threads, true, caps.data());
+    }
+    if (!ok) return py::none();
+    small_flow(caps.data(), B, L, T, Q, sq.data(), lim, serial_work, rb, rl, o);  // releases the GIL
+    if (normalize)
+        for (i64 r = 0; r < B * Q; ++r) {
+            double* row = o + r * T;
+            const double d = np_row_sum(row, T);
+            if (d > 0)
+                for (i64 k = 0; k < T; ++k) row[k] = row[k] / d;
+            else
+                for (i64 k = 0; k < T; ++k) row[k] = 0.0;
+        }
+    if (caps.size() > std::size_t(1) << 20) caps = std::vector<double>();  // keep only a small call's
     return std::move(out);
 }
 
@@ -287,10 +449,18 @@ PYBIND11_MODULE(_kernels, m) {
     m.def("run_rows", &run_rows, "Closed forms, then each (row, sink) problem on its own, sinks cut into parts.");
     m.def("run_full_small", &run_full_small,
           "A small call of a full batch: rows, supplies, the small test and run_rows in one step (None: not small).");
+    m.def("mean_flow_small", &mean_flow_small, py::arg("attn"), py::arg("batched"), py::arg("residual"),
+          py::arg("tol"), py::arg("layers"), py::arg("sources"), py::arg("normalize"), py::arg("limits"),
+          py::arg("serial_work"),
+          "attention_flow of a small call on float64 mean-head attention without padding, in one step "
+          "(None: not such a call, or a check failed).");
+    m.def("row_sums_np", &row_sums_np, py::arg("x"), "Row sums in numpy's einsum order (see flow.py).");
     m.def("run_tasks", &run_tasks, "The planned tasks, per worker list, on up to `threads` threads.");
     m.def("mix_heads", &mix_heads, py::arg("attn"), py::arg("residual"), py::arg("tol"), py::arg("threads") = 1,
-          "Head mean and residual of (B, L, H, T, T) float64 attention, before the row normalisation; "
-          "None when an entry is negative or a row does not sum to 1 within tol.");
+          py::arg("divide") = false,
+          "Head mean and residual of (B, L, H, T, T) float64 attention, before the row normalisation "
+          "(with divide: after it, row sums in numpy's order); None when an entry is negative or a row "
+          "does not sum to 1 within tol.");
     m.def("run_lower_rows", &run_lower_rows, py::arg("caps"), py::arg("n"), py::arg("row_L"), py::arg("supply"),
           "Max flow of one causal sample from its packed lower-triangular capacities, forward only, one thread.");
     m.def("divide_rows", &divide_rows, py::arg("x"), py::arg("sums"),

@@ -76,6 +76,7 @@ inline PushRelabelResult push_relabel(const double* C, const double* bcap, WS& w
                             if (track && F[a] == 0.0) {
                                 if (n_touched >= 0 && n_touched < touched_cap) {
                                     ws.touched[n_touched] = pack(t, k, yk);
+                                    ws.touched_arc[n_touched] = a;
                                     n_touched += 1;
                                 } else {
                                     n_touched = -1;

@@ -13,6 +13,11 @@ namespace maxflow {
 // source is implicit: its edges stay saturated, which is all phase one of push-relabel needs).
 // Stops at the smallest of the cut bounds min(sum a, sum b, sum_k min(a_k, rho_k)) and `hint`,
 // an upper bound the caller knows (top_down); `have_rho`, `a_order`, `a_count`: see greedy.
+// solve_sums: the same with ua = sum(a) and ub = sum(bcap) given (added k = 0, 1, ... as here).
+template <class WS>
+inline double solve_sums(const double* C, const double* a, const double* bcap, WS& ws, double ua, double ub,
+                         double hint, bool have_rho, const i64* a_order = nullptr, i64 a_count = 0);
+
 template <class WS>
 inline double solve(const double* C, const double* a, const double* bcap, WS& ws,
                     double hint = std::numeric_limits<double>::infinity(), bool have_rho = false,
@@ -23,6 +28,12 @@ inline double solve(const double* C, const double* a, const double* bcap, WS& ws
         ua += a[k];
         ub += bcap[k];
     }
+    return solve_sums(C, a, bcap, ws, ua, ub, hint, have_rho, a_order, a_count);
+}
+
+template <class WS>
+inline double solve_sums(const double* C, const double* a, const double* bcap, WS& ws, double ua, double ub,
+                         double hint, bool have_rho, const i64* a_order, i64 a_count) {
     double upper = std::min(std::min(ua, ub), hint);
     if (upper <= RESIDUAL_EPS) return 0.0;
     const GreedyResult gr = greedy(C, a, bcap, ws, have_rho, a_order, a_count);

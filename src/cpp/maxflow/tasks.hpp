@@ -269,7 +269,8 @@ inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
                     Cr = scratch.net_r.data();
                     wsr = scratch.space(scratch.space_r, K);
                     fill_network(c, b, L, n, true, Cr);
-                    reset(Cr, *wsr, -1);
+                    // = reset(Cr, *wsr, -1): the forward network is at zero flow with its bits
+                    reset_reversed(*wsf, *wsr);
                     reversed_ready = true;
                 }
                 if (!sorted_sigma) {
@@ -281,7 +282,7 @@ inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
                     for (i64 k = 0; k < n; ++k) wsr->rho[m * n + k] = sigma[(K - 1 - m) * N + k];
                 for (i64 m = 0; m < K - 1; ++m)
                     for (i64 k = 0; k < n; ++k) wsr->kids[m * n + k] = ord_s[(K - 1 - m) * N + k];
-                c.out[r * N + j] = solve(Cr, bcol.data(), a.data(), *wsr, hint, true);
+                c.out[r * N + j] = solve_sums(Cr, bcol.data(), a.data(), *wsr, sb, sa, hint, true);
             } else {
                 const i64 slot = keep ? j : 0;
                 if (!keep) depth[0] = 0;  // the one slot holds the previous sink's rho
@@ -290,7 +291,8 @@ inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
                     for (i64 k = 0; k < n; ++k) wsf->rho[m * n + k] = rho_f[(slot * Kmax + m) * n + k];
                 for (i64 m = 0; m < K - 1; ++m)
                     for (i64 k = 0; k < n; ++k) wsf->kids[m * n + k] = ord_f[(slot * Kmax + m) * n + k];
-                c.out[r * N + j] = solve(Cf, a.data(), bcol.data(), *wsf, hint, true, a_order.data(), a_count);
+                c.out[r * N + j] =
+                    solve_sums(Cf, a.data(), bcol.data(), *wsf, sa, sb, hint, true, a_order.data(), a_count);
             }
         }
     }

@@ -68,6 +68,7 @@ struct WorkspaceT {
     std::vector<i64> bnext, queue;           // (nn,)
     std::vector<u64> unseen;                 // (K, W)
     std::vector<i64> touched;                // arcs whose flow became nonzero (cold resets)
+    std::vector<i64> touched_arc;            // the same arcs' positions in F (G::arc)
     std::vector<i64> lay, pos;               // node -> layer index, position
     std::vector<double> rho;                 // (K, n) the greedy start's buffers (see greedy)
     std::vector<i64> kids;                   // (K, n) per layer: positions by decreasing rho
@@ -100,22 +101,24 @@ struct WorkspaceT {
         lab.clear();
         lab_rows = 0;
         ensure_label(std::min<i64>(nn, 4 * K + 8));
-        cnt.assign(nn + 2, 0);
-        bhead.assign(nn + 2, -1);
-        bnext.assign(nn, -1);
-        queue.assign(nn, 0);
-        unseen.assign(K * W, 0);
-        touched.assign(touched_arg < 0 ? 8 * nn + 1024 : touched_arg, 0);
-        lay.resize(nn);
-        pos.resize(nn);
-        for (i64 x = 0; x < nn; ++x) {
-            lay[x] = x / n;
-            pos[x] = x - lay[x] * n;
+        // written before they are read (global_relabel, buckets, greedy or the caller): resized only
+        cnt.resize(nn + 2, 0);
+        bhead.resize(nn + 2, -1);
+        bnext.resize(nn, -1);
+        queue.resize(nn, 0);
+        unseen.resize(K * W, 0);
+        // touched is read only where written first (entries below n_touched): its size is what
+        // counts; lay and pos depend on n only: filled up to the deepest shape so far
+        touched.resize(touched_arg < 0 ? 8 * nn + 1024 : touched_arg);
+        touched_arc.resize(touched.size());
+        for (i64 x = i64(lay.size()); x < nn; ++x) {
+            lay.push_back(x / n);
+            pos.push_back(x - (x / n) * n);
         }
-        rho.assign(K * n, 0.0);
-        kids.assign(K * n, 0);
-        send.assign(n, 0);
-        nxt.assign(n + 1, 0);
+        rho.resize(K * n, 0.0);
+        kids.resize(K * n, 0);
+        send.resize(n, 0);
+        nxt.resize(n + 1, 0);
     }
     // word w of the residual bit set of node row `row` in matrix t
     u64& down_(i64 t, i64 row, i64 w) { return down[(t * n + row) * W + w]; }
@@ -211,15 +214,47 @@ inline void reset_from(const double* C, WS& ws, i64 t0) {
                 ws.up_(t, i, w) = 0;
                 ws.upT_(t, i, w) = 0;
             }
-        for (i64 i = 0; i < n; ++i)
-            for (i64 k = 0; k < ws.geo.end(i); ++k)
-                if (C[ws.geo.arc(t, i, k)] > RESIDUAL_EPS) {
-                    ws.down_(t, i, k >> 6) |= bit(k);
-                    ws.downT_(t, k, i >> 6) |= bit(i);
+        // branch-free: a bit per arc from its comparison (the same bits)
+        for (i64 i = 0; i < n; ++i) {
+            const double* Crow = C + ws.geo.arc(t, i, 0);
+            const u64 bi = bit(i);
+            const i64 wi = i >> 6;
+            for (i64 w = 0; w * 64 < ws.geo.end(i); ++w) {
+                u64 word = 0;
+                const i64 k1 = std::min<i64>(ws.geo.end(i), 64 * w + 64);
+                for (i64 k = 64 * w; k < k1; ++k) {
+                    const u64 room = u64(Crow[k] > RESIDUAL_EPS);
+                    word |= room << u64(k & 63);
+                    ws.downT_(t, k, wi) |= bi & (u64(0) - room);
                 }
+                ws.down_(t, i, w) = word;
+            }
+        }
     }
     for (i64 x = 0; x < K * n; ++x) ws.e[x] = 0.0;
     for (i64 k = 0; k < n; ++k) ws.g[k] = 0.0;
+}
+
+// reset_from(Cr, rev, 0) for the reversed network Cr of the network `fwd` is at zero flow with
+// its residual bits (rev's matrix t is fwd's matrix K-2-t transposed, same K and n): the same
+// state, with the bits copied from fwd's instead of comparing every capacity again (rev's room
+// bits by rows are fwd's by columns, and the other way round; no flow, no up bits).
+template <class WS>
+inline void reset_reversed(const WS& fwd, WS& rev) {
+    const i64 K = rev.K, n = rev.n, W = rev.W;
+    const i64 M = rev.geo.matrix();
+    if (K - 1 > 0) std::fill(rev.F.begin(), rev.F.begin() + (K - 1) * M, 0.0);
+    for (i64 t = 0; t < K - 1; ++t) {
+        const i64 f = (K - 2 - t) * n * W, r = t * n * W;
+        for (i64 q = 0; q < n * W; ++q) {
+            rev.down[r + q] = fwd.downT[f + q];
+            rev.downT[r + q] = fwd.down[f + q];
+            rev.up[r + q] = 0;
+            rev.upT[r + q] = 0;
+        }
+    }
+    for (i64 x = 0; x < K * n; ++x) rev.e[x] = 0.0;
+    for (i64 k = 0; k < n; ++k) rev.g[k] = 0.0;
 }
 
 // Back to zero flow: only the `n_touched` arcs listed in `touched` (the only ones that carried
@@ -236,11 +271,13 @@ inline void reset(const double* C, WS& ws, i64 n_touched, bool bits = true) {
     } else {
         // back to the bits of C: every listed arc has room at zero flow (it took more than
         // RESIDUAL_EPS of flow, at most its capacity), and no flow
-        for (i64 q = 0; q < n_touched; ++q) {
-            i64 t, i, k;
-            unpack(ws.touched[q], t, i, k);
-            ws.F[ws.geo.arc(t, i, k)] = 0.0;
-            if (bits) {
+        double* F = ws.F.data();
+        const i64* arcs = ws.touched_arc.data();
+        for (i64 q = 0; q < n_touched; ++q) F[arcs[q]] = 0.0;
+        if (bits)
+            for (i64 q = 0; q < n_touched; ++q) {
+                i64 t, i, k;
+                unpack(ws.touched[q], t, i, k);
                 const u64 bk = bit(k), bi = bit(i);
                 const i64 wk = k >> 6, wi = i >> 6;
                 ws.down_(t, i, wk) |= bk;
@@ -248,7 +285,6 @@ inline void reset(const double* C, WS& ws, i64 n_touched, bool bits = true) {
                 ws.up_(t, k, wi) &= ~bi;
                 ws.upT_(t, i, wk) &= ~bk;
             }
-        }
     }
     for (i64 x = 0; x < K * n; ++x) ws.e[x] = 0.0;
     for (i64 k = 0; k < n; ++k) ws.g[k] = 0.0;

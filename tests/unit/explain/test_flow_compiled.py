@@ -153,15 +153,15 @@ def test_a_small_call_on_a_busy_machine_runs_on_the_calling_thread(monkeypatch):
     # two busy loops on two cores: no free CPU, so the kernels get one thread (the caller)
     seen = []
     real = _maxflow._kernels.run_rows
-    real_full = _maxflow._kernels.run_full_small
+    real_full = _maxflow._kernels.mean_flow_small
     monkeypatch.delenv("ATTNFLOW_THREADS", raising=False)
     monkeypatch.setattr(_threads, "free_cpus", lambda: 1)
     monkeypatch.setattr(_maxflow, "flow_threads", _threads.flow_threads)
     monkeypatch.setattr(_maxflow._kernels, "run_rows", lambda *a: seen.append(a[-2]) or real(*a))
-    # the one-step small call of an unpadded batch: limits[3] = the free CPUs it may use (the work
-    # of this call is far above SERIAL_WORK, so it uses min(limits[3], tokens) threads)
+    # the one-step small call of unpadded float64 attention: limits[3] = the free CPUs it may use
+    # (the work of this call is far above SERIAL_WORK, so it uses min(limits[3], tokens) threads)
     monkeypatch.setattr(
-        _maxflow._kernels, "run_full_small", lambda *a: seen.append(int(a[3][3])) or real_full(*a)
+        _maxflow._kernels, "mean_flow_small", lambda *a: seen.append(int(a[7][3])) or real_full(*a)
     )
     attn = stochastic(np.random.default_rng(5), (6, 2, 40, 40))
     busy = attention_flow(attn, sources=0)
@@ -217,8 +217,11 @@ def test_the_common_call_gives_the_general_paths_values_bit_for_bit(monkeypatch,
 
     attn = stochastic(np.random.default_rng(11), shape)
     fast = attention_flow(attn, **options)
+    monkeypatch.setattr(flow, "_fast_small", lambda *args: None)
+    two_steps = attention_flow(attn, **options)  # `_fast_caps` + `_fast_flow`
     monkeypatch.setattr(flow, "_fast_caps", lambda *args: None)
     general = attention_flow(attn, **options)
+    assert np.array_equal(fast.view(np.uint64), two_steps.view(np.uint64))
     assert fast.dtype == general.dtype and fast.shape == general.shape
     assert np.array_equal(fast.view(np.uint64), general.view(np.uint64))
 

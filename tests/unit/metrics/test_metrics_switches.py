@@ -66,7 +66,9 @@ def test_switches_of_a_subset_are_correlated_on_it_against_its_own_configured_ce
     # Configured: samples 2 and 0 both rank the map reversed (-1); all three: (-1 + 1 - 1) / 3.
     assert _cell(frame, "configured@switch_samples", "blank_out") == pytest.approx(-1.0)
     assert _cell(frame, "attribution.x=1", "blank_out") == pytest.approx(0.0)  # (-1 + 1) / 2
-    assert _cell(frame, "correlate.spearman=dense_noties", "blank_out") == pytest.approx(-1 / 3)  # all samples
+    assert _cell(frame, "correlate.spearman=dense_noties", "blank_out") == pytest.approx(
+        -1 / 3
+    )  # all samples
     assert frame.loc[frame["variant"] == "configured@switch_samples", "n"].tolist() == [2]
 
 

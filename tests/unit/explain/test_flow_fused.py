@@ -1,0 +1,101 @@
+"""The one-step small call (`flow._fast_small`, `_kernels.mean_flow_small`): mix, row normalisation,
+rows and values in one kernel call, bit for bit the values of the two-step path it replaces."""
+
+import numpy as np
+import pytest
+
+from attnflow.explain import attention_flow, flow
+from attnflow.explain._common import row_sums
+from attnflow.explain._maxflow import _kernels
+
+
+def stochastic(rng, shape, sharpness=3.0):
+    w = np.exp(rng.standard_normal(shape) * sharpness)
+    return w / w.sum(-1, keepdims=True)
+
+
+def bits(x):
+    return x.view(np.uint64)
+
+
+@pytest.mark.parametrize(
+    "shape, options",
+    [
+        ((6, 8, 20, 20), {"sources": [0], "normalize": False}),  # Table 1, one sample
+        ((6, 8, 20, 20), {"sources": [0]}),
+        ((3, 6, 8, 20, 20), {"sources": 0}),  # a small batch
+        ((6, 2, 40, 40), {"sources": 0, "residual": 0.2}),
+        ((5, 3, 9, 9), {"sources": [1, 2], "layers": [0, 1, 2, 3]}),
+        ((4, 2, 7, 7), {"sources": [0, 1, 2]}),  # 12 rows, 3 per layer: none swept
+        ((2, 1, 1, 1), {}),
+        ((1, 3, 2, 5, 5), {"layers": [0, 0, 0], "sources": 4}),
+        ((6, 3, 17, 17), {"sources": [0, 3], "layers": 2, "residual": 1.0}),
+    ],
+)
+def test_the_one_step_call_gives_the_two_step_values_bit_for_bit(monkeypatch, shape, options):
+    rng = np.random.default_rng(21)
+    for _ in range(3):
+        attn = stochastic(rng, shape)
+        if shape[-1] > 1:
+            attn[..., 0, 1] = 0.0  # an exact zero
+            attn[..., 0, :] /= attn[..., 0, :].sum(-1, keepdims=True)
+        assert flow._fast_small(attn, options.get("residual", 0.5), "mean", None, None, False,
+                                options.get("sources"), options.get("layers"),
+                                options.get("normalize", True), None) is not None  # fmt: skip
+        one = attention_flow(attn, **options)
+        with monkeypatch.context() as m:
+            m.setattr(flow, "_fast_small", lambda *args: None)
+            two = attention_flow(attn, **options)
+        assert one.shape == two.shape and one.dtype == two.dtype
+        assert np.array_equal(bits(one), bits(two))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"layers": [3, 1]},  # out of layer order: the planned path
+        {"sources": np.array([0])},  # not None / int / list of ints: the general checks
+        {"sources": [True]},
+        {"sources": [0, 20]},  # out of range: the general path words the error
+        {"progress": True},
+    ],
+)
+def test_other_calls_are_left_to_the_paths_before(options):
+    attn = stochastic(np.random.default_rng(2), (6, 2, 20, 20))
+    out = flow._fast_small(attn, 0.5, "mean", None, None, False, options.get("sources"),
+                           options.get("layers"), True, options.get("progress"))  # fmt: skip
+    assert out is None
+
+
+def test_a_large_call_is_left_to_the_plan():
+    attn = stochastic(np.random.default_rng(2), (100, 6, 2, 8, 8))  # 600 rows > SMALL_ROWS
+    assert flow._fast_small(attn, 0.5, "mean", None, None, False, [0], None, True, None) is None
+    every_row = stochastic(np.random.default_rng(2), (4, 2, 7, 7))  # 7 rows per layer: swept
+    assert flow._fast_small(every_row, 0.5, "mean", None, None, False, None, None, True, None) is None
+
+
+def test_a_borderline_row_is_left_to_the_general_check():
+    attn = np.full((2, 2, 3, 3), 1 / 3)
+    attn[1, 1, 2, 2] += 1e-3
+    assert flow._fast_small(attn, 0.5, "mean", None, None, False, None, None, True, None) is None
+    assert np.isfinite(attention_flow(attn)).all()
+
+
+def test_the_kernels_row_sums_are_numpys():
+    rng = np.random.default_rng(8)
+    for tokens in (1, 2, 3, 7, 8, 9, 16, 20, 33, 64, 129):
+        x = rng.random((5, 4, tokens)) * rng.random((5, 4, 1)) ** 6
+        assert np.array_equal(bits(_kernels.row_sums_np(x)), bits(row_sums(x).reshape(-1)))
+    assert flow._np_sums_agree()
+
+
+@pytest.mark.parametrize("heads", [1, 2, 3, 8, 12, 16])
+def test_the_head_mean_is_numpys_for_any_head_count(heads):
+    # a power-of-two head count is scaled by 1 / H (exact), any other divided by H: numpy's mean
+    rng = np.random.default_rng(heads)
+    attn = stochastic(rng, (3, 2, heads, 9, 9), sharpness=6.0)
+    attn[0, 0, :, 0, :] = np.array([5e-324] * 8 + [1 - 8 * 5e-324])  # subnormal entries
+    numpy_mix = 0.5 * attn.mean(axis=2) + 0.5 * np.eye(9)
+    assert np.array_equal(bits(_kernels.mix_heads(attn, 0.5, 1e-6, 1, False)), bits(numpy_mix))
+    divided = numpy_mix / row_sums(numpy_mix)[..., None]
+    assert np.array_equal(bits(_kernels.mix_heads(attn, 0.5, 1e-6, 2, True)), bits(divided))

@@ -68,7 +68,7 @@ RESULTS_CSV = "study_cuda.csv"
 RESULTS_JSON = "study_cuda.json"
 FIELDS = ("stage", "task", "seconds", "status", "peak_gpu_gib", "error")
 CPU_TIMES = ROOT / "reports" / "stage_times.csv"
-CPU_MACHINE = "2 CPU cores (the committed `dvc repro`, MLflow on)"
+CPU_MACHINE = "2 cores, the last `dvc repro` (MLflow on)"
 GIB = 1024**3
 
 
@@ -322,49 +322,49 @@ def _read_rows(path: Path) -> list[dict[str, str]]:
 
 
 def compare(results: Path, cpu_times: Path = CPU_TIMES) -> str:
-    """The per-stage table: CPU seconds, GPU seconds, speed-up; totals for training and the rest."""
-    cpu = {(r["stage"], r["task"]): float(r["seconds"]) for r in _read_rows(cpu_times)}
+    """The per-stage markdown table: CPU seconds, GPU seconds, speed-up; totals for training and the
+    rest (docs/performance.md shows it: ``python benchmarks/tables.py``)."""
+    cpu = {(r["stage"], r["task"]): (float(r["seconds"]), r.get("commit", "")) for r in _read_rows(cpu_times)}
     gpu_rows = _read_rows(results)
     meta_path = results.with_name(RESULTS_JSON)
     meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+    cpu_commits = sorted({commit for _, commit in cpu.values() if commit})
     lines = [
-        f"CPU: {CPU_MACHINE}, {cpu_times.relative_to(ROOT) if cpu_times.is_relative_to(ROOT) else cpu_times}",
-        f"GPU: {meta.get('device', '?')}, torch {meta.get('torch', '?')}, CUDA {meta.get('cuda', '?')}, "
-        f"{meta.get('cpu_count', '?')} CPU cores, commit {str(meta.get('commit'))[:12]}",
+        f"GPU: {meta.get('device', '?')} with {meta.get('cpu_count', '?')} CPU cores, torch "
+        f"{meta.get('torch', '?')}, CUDA {meta.get('cuda', '?')}, commit {str(meta.get('commit'))[:12]} "
+        f"(`{results.relative_to(ROOT) if results.is_relative_to(ROOT) else results}`). CPU: {CPU_MACHINE}, "
+        f"commit {', '.join(cpu_commits) or '?'} (`reports/stage_times.csv`).",
         "",
-        f"| {'stage':<12} | {'task':<9} | {'CPU s':>8} | {'GPU s':>8} | {'speed-up':>8} | note",
-        f"|{'-' * 14}|{'-' * 11}|{'-' * 10}|{'-' * 10}|{'-' * 10}|------",
     ]
     extra = [o for o in meta.get("overrides", []) if not o.startswith(("tracking.", "data.mirrors"))]
     if extra:  # a shortened run: its times are no speed-up of the study
-        lines[2:2] = [f"WARNING: not the default study config ({' '.join(extra)}): times not comparable", ""]
+        lines += [f"**Not the default study config** ({' '.join(extra)}): the times are not comparable.", ""]
+    lines += [
+        "| stage | task | CPU s | GPU s | speed-up | peak GPU GiB | note |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     totals: dict[str, list[float]] = {"training": [0.0, 0.0], "non-training": [0.0, 0.0]}
     for row in gpu_rows:
-        key = (row["stage"], row["task"])
-        c = cpu.get(key)
+        c = cpu.get((row["stage"], row["task"]), (None, ""))[0]
         ok = row["status"] == "ok" and row["seconds"] != ""
         g = float(row["seconds"]) if ok else None
         note = "" if ok else f"{row['status']}: {row['error']}"[:80]
         speed = f"{c / g:.1f}x" if (c is not None and g) else "-"
         lines.append(
-            f"| {row['stage']:<12} | {row['task'] or '-':<9} | {c if c is not None else '-':>8} | "
-            f"{g if g is not None else '-':>8} | {speed:>8} | {note}"
+            f"| {row['stage']} | {row['task'] or '-'} | {'-' if c is None else f'{c:.1f}'} | "
+            f"{'-' if g is None else f'{g:.1f}'} | {speed} | {row.get('peak_gpu_gib') or '-'} | {note} |"
         )
         if c is not None and g is not None:
             group = totals["training" if row["stage"] in TRAINING else "non-training"]
             group[0] += c
             group[1] += g
+    totals["all"] = [sum(v[0] for v in totals.values()), sum(v[1] for v in totals.values())]
     lines.append("")
-    for name, (c, g) in {
-        **totals,
-        "all": [sum(v[0] for v in totals.values()), sum(v[1] for v in totals.values())],
-    }.items():
-        lines.append(
-            f"total {name:<13} CPU {c:8.1f} s   GPU {g:8.1f} s   speed-up {c / g if g else float('nan'):6.1f}x"
-        )
+    for name, (c, g) in totals.items():
+        lines.append(f"- {name}: CPU {c:.1f} s, GPU {g:.1f} s, speed-up {c / g if g else float('nan'):.1f}x")
     missing = sorted(set(cpu) - {(r["stage"], r["task"]) for r in gpu_rows})
     if missing:
-        lines.append("not run on the GPU: " + ", ".join(f"{s}@{t or 'all'}" for s, t in missing))
+        lines.append("- not run on the GPU: " + ", ".join(f"{s}@{t or 'all'}" for s, t in missing))
     return "\n".join(lines)
 
 

@@ -7,7 +7,8 @@ from benchmarks/results/.
 Each table sits between ``<!-- benchmarks:NAME -->`` and ``<!-- /benchmarks:NAME -->``: ``flow``
 from ``flow_speed.json`` (every figure as a ratio against the baseline timed in the same run),
 ``cold`` from ``cold_start.json``, ``long`` (docs/long-inputs.md only) from ``long_inputs.json`` and
-``generation`` (the same page) from ``long_generation.json``.
+``generation`` (the same page) from ``long_generation.json``, ``study_cuda`` (docs/performance.md)
+from ``study_cuda/`` beside reports/stage_times.csv.
 The numbers are never typed by hand, so the documents say what the last committed run measured.
 """
 
@@ -24,7 +25,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 # Each document and the tables it holds.
 DOCUMENTS = {
     ROOT / "README.md": ("flow", "cold"),
-    ROOT / "docs" / "performance.md": ("flow", "cold"),
+    ROOT / "docs" / "performance.md": ("flow", "cold", "study_cuda"),
     ROOT / "docs" / "long-inputs.md": ("long", "generation"),
 }
 
@@ -162,7 +163,19 @@ def rendered() -> dict[str, str]:
         "cold": cold_table(read("cold_start.json")),
         "long": long_table(read("long_inputs.json")),
         "generation": generation_table(read("long_generation.json")),
+        "study_cuda": study_cuda_table(),
     }
+
+
+def study_cuda_table() -> str:
+    """The study on a GPU (``study_cuda/``, ``benchmarks/study_cuda.py``) against the CPU stage times of
+    the last ``dvc repro`` (reports/stage_times.csv)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("study_cuda", ROOT / "benchmarks" / "study_cuda.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.compare(RESULTS / "study_cuda" / "study_cuda.csv")
 
 
 def with_tables(text: str, tables: dict[str, str], where: Path) -> str:

@@ -3,8 +3,8 @@
     python scripts/same_tables.py --base c5222a7      # the tables of HEAD's working tree vs c5222a7's
 
 Reads, from the working tree and from ``git show <base>:<path>``, the correlation tables of each
-task (``reports/<task>/correlations.parquet``: the all-heads rows -- Tables 1-3 and the sensitivity
-variants -- and the per-head rows apart), the faithfulness and method-agreement tables, and the
+task (``reports/<task>/correlations.parquet``: the configured all-heads rows -- Tables 1-3 --, the
+sensitivity variants of the correlation and of the attribution, and the per-head rows apart), the faithfulness and method-agreement tables, and the
 sweep's tables (``reports/sweep/*.csv``, the ``commit`` column left out). Prints, per table, the
 rows compared, whether they are equal bit for bit, and else the largest difference of a mean.
 Exit 0; a table missing on either side is named.
@@ -50,10 +50,18 @@ def compare(old: pd.DataFrame, new: pd.DataFrame) -> tuple[int, bool, float]:
 
 
 def parts(path: str, table: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """A correlation table as its all-heads rows and its per-head rows; other tables whole."""
+    """A correlation table as its configured all-heads rows (Tables 1-3), its sensitivity variants
+    (``correlate.*`` re-scorings; ``attribution.*`` recomputed importance with its reference) and its
+    per-head rows; other tables whole."""
     if path.endswith("correlations.parquet") or path.endswith("correlations.csv"):
+        heads = table[table["head"].isna()]
+        variant = heads["variant"].astype(str)
         return {
-            f"{path} (all heads)": table[table["head"].isna()],
+            f"{path} (all heads, configured)": heads[variant == "configured"],
+            f"{path} (correlate.* switches)": heads[variant.str.startswith("correlate.")],
+            f"{path} (attribution.* switches)": heads[
+                ~variant.isin(["configured"]) & ~variant.str.startswith("correlate.")
+            ],
             f"{path} (per head)": table[table["head"].notna()],
         }
     return {path: table}

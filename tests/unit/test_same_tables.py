@@ -29,10 +29,17 @@ def test_equal_tables_are_bit_identical_and_a_moved_mean_is_measured():
     assert same_tables.compare(a, a.assign(mean=[0.1, np.nan, 0.3]))[2] == np.inf  # NaN on one side only
 
 
-def test_a_correlation_table_is_split_into_all_heads_and_per_head_rows():
-    split = same_tables.parts("reports/t/correlations.parquet", _table([0.1, 0.2, 0.3], [None, None, 0]))
+def test_a_correlation_table_is_split_into_configured_switched_and_per_head_rows():
+    table = pd.DataFrame({
+        "head": pd.array([None, None, None, None, 0], dtype="Int64"), "layer": 1, "mean": 0.5,
+        "variant": ["configured", "correlate.undefined=nan", "attribution.mask_blank=true",
+                    "configured@switch_samples", "configured"],
+    })  # fmt: skip
+    split = same_tables.parts("reports/t/correlations.parquet", table)
     assert {k: len(v) for k, v in split.items()} == {
-        "reports/t/correlations.parquet (all heads)": 2,
+        "reports/t/correlations.parquet (all heads, configured)": 1,
+        "reports/t/correlations.parquet (correlate.* switches)": 1,
+        "reports/t/correlations.parquet (attribution.* switches)": 2,
         "reports/t/correlations.parquet (per head)": 1,
     }
     assert list(same_tables.parts("reports/t/faithfulness.parquet", _table([1, 2, 3], [None] * 3))) == [

@@ -190,6 +190,10 @@ class Recorder:
             flush=True,
         )
 
+    def finish(self) -> None:
+        self.meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self._dump()
+
     def _dump(self) -> None:
         tmp = self.json.with_suffix(".tmp")
         tmp.write_text(json.dumps({**self.meta, "rows": self.rows}, indent=1), encoding="utf-8")
@@ -260,48 +264,23 @@ def run_study(args: argparse.Namespace) -> int:
     print(f"[study_cuda] {json.dumps(meta)}", flush=True)
     recorder = Recorder(Path(args.out).resolve(), meta)
     wanted = set(args.stages or STUDY_STAGES)
+    # (stage, task, group): a failed stage skips the later stages of its group (a task, or the LM's)
+    jobs = [(s, t, t) for s in TASK_STAGES for t in tasks] + [(s, None, "lm") for s in LM_STAGES]
     failed: set[str] = set()
-    for stage in TASK_STAGES:
+    for stage, task, group in [*jobs, ("report", None, None)]:
         if stage not in wanted:
             continue
-        module = importlib.import_module(f"pipelines.{stage}")
-        for task in tasks:
-            if task in failed:
-                recorder.add(
-                    {
-                        "stage": stage,
-                        "task": task,
-                        "seconds": "",
-                        "status": "skipped",
-                        "error": "an earlier stage failed",
-                    }
-                )
-                continue
-            row = _timed(stage, task, functools.partial(module.run, cfg, task))
-            recorder.add(row)
-            if row["status"] != "ok":
-                failed.add(task)
-    for stage in (*LM_STAGES, "report"):
-        if stage not in wanted:
-            continue
-        if stage != "report" and "lm" in failed:
-            recorder.add(
-                {
-                    "stage": stage,
-                    "task": "",
-                    "seconds": "",
-                    "status": "skipped",
-                    "error": "an earlier stage failed",
-                }
-            )
+        if group in failed:
+            skipped = {"seconds": "", "status": "skipped", "error": "an earlier stage failed"}
+            recorder.add({"stage": stage, "task": task or "", **skipped})
             continue
         module = importlib.import_module(f"pipelines.{stage}")
-        row = _timed(stage, None, functools.partial(module.run, cfg))
+        call = functools.partial(module.run, cfg, task) if task else functools.partial(module.run, cfg)
+        row = _timed(stage, task, call)
         recorder.add(row)
-        if row["status"] != "ok" and stage != "report":
-            failed.add("lm")
-    recorder.meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    recorder._dump()
+        if row["status"] != "ok" and group is not None:
+            failed.add(group)
+    recorder.finish()
     _pack_reports(work / str(cfg.paths.reports), Path(args.out).resolve() / "reports.tgz")
     return 1 if any(r["status"] != "ok" for r in recorder.rows) else 0
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 from omegaconf import DictConfig
 
-from attnflow.attribution.samples import attribute_samples, blank_out_under_switches, method_options
+from attnflow.attribution.samples import (
+    attribute_samples,
+    blank_out_under_switches,
+    gradient_settings,
+    method_settings,
+    study_options,
+)
 from attnflow.data.subsets import seeded_subset
 from attnflow.devices import resolve_device
 from attnflow.io import read_parquet, save_ragged
@@ -14,27 +20,27 @@ from pipelines import _config, _stage
 
 
 def run(cfg: DictConfig, task: str) -> None:
-    paths, opts, settings = _stage.paths(cfg), _config.to_dict(cfg.attribution), cfg.task[task]
+    paths, attribution = _stage.paths(cfg), _config.to_dict(cfg.attribution)
     with _stage.stage_run(cfg, "attribute", task, inputs=[paths.samples(task), paths.model(task)]) as mlrun:
         device = resolve_device(cfg.trainer.device)
         model, encoder = load_classifier(paths.model(task), device=device)
         samples = read_parquet(paths.samples(task))
-        methods, n_switched = opts.pop("methods"), opts.pop("switch_samples")
-        grad = dict(gradient_target=settings.gradient_target, gradient_class=settings.gradient_class)
         common = dict(
-            pad_id=encoder.pad_id, batch_size=cfg.attribution.batch_size, device=device, progress=True
+            pad_id=encoder.pad_id, batch_size=attribution["batch_size"], device=device, progress=True
         )
         ids, labels = samples["input_ids"].tolist(), samples["label"].to_numpy()
-        scores = attribute_samples(
-            model, ids, labels, options=method_options(methods, encoder, **grad, **opts), **common
-        )
+        options = study_options(attribution, cfg.task[task], encoder)
+        scores = attribute_samples(model, ids, labels, options=options, **common)
         save_ragged(paths.importance(task), scores, ids=samples["sample_id"].to_numpy())
-        if (
-            "blank_out" in methods
-        ):  # each blank-out switch flipped alone (a seeded subset): the sensitivity table
-            chosen = seeded_subset(len(ids), n_switched, cfg.seed, what="attribution.switch_samples")
-            switched = blank_out_under_switches(model, ids, labels, settings=opts, configured=scores["blank_out"],
-                                                samples=chosen, encoder=encoder, gradient=grad, **common)  # fmt: skip
+        # each blank-out switch flipped alone, on a seeded subset: the sensitivity table
+        if "blank_out" in options:
+            chosen = seeded_subset(
+                len(ids), attribution["switch_samples"], cfg.seed, what="attribution.switch_samples"
+            )
+            switched = blank_out_under_switches(
+                model, ids, labels, settings=method_settings(attribution), configured=scores["blank_out"],
+                samples=chosen, encoder=encoder, gradient=gradient_settings(cfg.task[task]), **common,
+            )  # fmt: skip
             save_ragged(
                 paths.switched_importance(task), switched, ids=samples["sample_id"].to_numpy()[chosen]
             )

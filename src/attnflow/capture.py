@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from attnflow.batches import length_batches
 from attnflow.bridge import forward
 from attnflow.data.subsets import seeded_split
+from attnflow.modes import eval_mode
 from attnflow.options import CAPTURE_SELECTIONS as SELECTIONS
 
 __all__ = [
@@ -78,8 +79,6 @@ def capture(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    was_training = model.training
-    model.eval()
     n = len(texts)
     # Encode once to learn the lengths, then batch similar lengths together (less padding).
     lengths = [len(ids) for ids in encoder.encode_ids(list(texts), max_length=max_length)]
@@ -87,7 +86,7 @@ def capture(
     tokens: list[list[str] | None] = [None] * n
     attentions: list[np.ndarray | None] = [None] * n
     probs: np.ndarray | None = None
-    try:
+    with eval_mode(model):
         for idx in tqdm(
             length_batches(lengths, batch_size), desc="capture", disable=not progress, leave=False
         ):
@@ -106,8 +105,6 @@ def capture(
                 tokens[i] = list(batch["tokens"][row][:t])
                 attentions[i] = att[row, :, :, :t, :t].astype(dtype)
                 probs[i] = p[row]
-    finally:
-        model.train(was_training)
     return CapturedSamples(  # type: ignore[arg-type]
         input_ids, tokens, attentions, probs if probs is not None else np.zeros((0, 2), np.float32)
     )

@@ -35,6 +35,7 @@ import torch
 
 from attnflow.bridge.eager import attention_configs
 from attnflow.explain.torch_ops import mix_residual, normalize_rows
+from attnflow.modes import eval_mode
 
 __all__ = [
     "GRAD_STREAM_METHODS",
@@ -325,7 +326,8 @@ def _register() -> None:
 
 @contextmanager
 def _streaming(model: Any, state: StreamState) -> Iterator[None]:
-    """Run `model` with the streaming attention for the duration; restore every config after."""
+    """Run `model` in eval mode (as the capturing paths do: no dropout) with the streaming attention
+    for the duration; restore every config and training flag after."""
     _register()
     configs = attention_configs(model)
     saved = [(config, config._attn_implementation) for config in configs]
@@ -333,7 +335,8 @@ def _streaming(model: Any, state: StreamState) -> Iterator[None]:
     try:
         for config, _ in saved:
             config._attn_implementation_internal = IMPLEMENTATION
-        yield
+        with eval_mode(model):
+            yield
     finally:
         _local.state = None
         for config, impl in saved:

@@ -295,3 +295,27 @@ def test_a_layer_that_sees_ahead_turns_the_packed_layers_back_to_dense(monkeypat
         state.layer += 1
         assert state.packed == (state.layer < 3)
     np.testing.assert_array_equal(state.caps[0], torch.cat(layers).numpy())
+
+
+def test_streaming_runs_a_model_in_training_mode_without_dropout_and_gives_its_flags_back():
+    """A model left in training mode (dropout on) streams the maps of eval mode, as the capturing path
+    does, and every submodule gets its own flag back (one of them set apart by the caller)."""
+    from attnflow.hf import explain_batch
+
+    model = MODELS["bert"]
+    before = [m.training for m in model.modules()]
+    options = dict(methods=["raw", "rollout", "flow"], layer=-1, rows="cls", residual=0.5, heads="mean",
+                   target="predicted", extra_inputs=None)  # fmt: skip
+    try:
+        model.train()
+        model.embeddings.eval()  # the caller's own choice for one part
+        flags = [m.training for m in model.modules()]
+        _, streamed = explain_batch(model, _batch(), **options)
+        assert [m.training for m in model.modules()] == flags
+        _, classic = explain_batch(model.eval(), _batch(), stream=False, **options)
+    finally:
+        for m, flag in zip(model.modules(), before, strict=True):
+            m.training = flag
+    for s, c in zip(streamed, classic, strict=True):
+        for method in ("raw", "rollout", "flow"):
+            np.testing.assert_allclose(s["maps"][method], c["maps"][method], atol=1e-15, rtol=0)

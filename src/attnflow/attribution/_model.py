@@ -10,12 +10,10 @@ A plain callable returning the logits tensor itself is accepted too (handy in do
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, Literal
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 TargetClass = Literal["predicted", "gold"] | int
 
@@ -26,25 +24,6 @@ def _logits(output: Any) -> Tensor:
     if not isinstance(logits, Tensor) or logits.ndim != 2:
         raise TypeError(f"the model must return logits of shape (B, C), got {type(logits).__name__}")
     return logits
-
-
-@contextmanager
-def _eval_mode(model: Any) -> Iterator[None]:
-    """Put ``model`` in eval mode and give every submodule back its own ``training`` flag after.
-
-    ``model.train(flag)`` would set one flag on every submodule; restoring module by module
-    changes nothing the caller had set differently (e.g. a frozen, eval-mode encoder).
-    """
-    if not isinstance(model, nn.Module):
-        yield
-        return
-    flags = [(m, m.training) for m in model.modules()]
-    model.eval()
-    try:
-        yield
-    finally:
-        for m, flag in flags:
-            m.training = flag
 
 
 def _target_classes(logits: Tensor, target_class: TargetClass, labels: Tensor | None) -> Tensor:

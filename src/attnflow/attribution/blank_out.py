@@ -8,7 +8,9 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from ._model import _check_batch, _eval_mode, _logits, _target_classes
+from attnflow.modes import eval_mode
+
+from ._model import _check_batch, _logits, _target_classes
 
 __all__ = ["PAD_ID", "blank_out"]
 
@@ -87,7 +89,7 @@ def blank_out(
         return values.gather(1, classes[:, None])[:, 0]
 
     labels_flat = None if labels is None else torch.as_tensor(labels).reshape(-1)
-    with _eval_mode(model), torch.no_grad():
+    with eval_mode(model), torch.no_grad():
         clean, classes = [], []
         for start in range(0, n, batch_size):
             sl = slice(start, start + batch_size)

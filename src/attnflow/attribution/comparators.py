@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from attnflow.batches import length_batches, pad_batch
+from attnflow.modes import eval_mode
 
 __all__ = ["COMPARATORS", "GRADIENT", "comparator_scores", "compare_on_subset", "cost_steps", "method_costs"]
 
@@ -120,10 +121,7 @@ def comparator_scores(
     scores: dict[str, list[np.ndarray]] = {}
     seconds: dict[str, float] = {}
     skipped: dict[str, str] = {}
-    was_training = getattr(model, "training", False)
-    if hasattr(model, "eval"):
-        model.eval()
-    try:
+    with eval_mode(model):
         for name in names:
             if reason := unavailable(model, name):
                 skipped[name] = reason
@@ -138,9 +136,6 @@ def comparator_scores(
                     out[i] = values[row, : len(rows[i])].detach().double().cpu().numpy()
             seconds[name] = (time.perf_counter() - start) / max(len(rows), 1)
             scores[name] = out
-    finally:
-        if hasattr(model, "train"):
-            model.train(was_training)
     return scores, seconds, skipped
 
 

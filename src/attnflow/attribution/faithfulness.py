@@ -33,8 +33,9 @@ from attnflow.metrics.faithfulness import (
     aopc_sufficiency,
     perturbation_auc,
 )
+from attnflow.modes import eval_mode
 
-from ._model import _eval_mode, _logits
+from ._model import _logits
 from .perturbation import CHEFER_FRACTIONS, FERRET_FRACTIONS, perturbation_curve, random_scores
 
 __all__ = [
@@ -96,7 +97,7 @@ class _OnceModel:
         ], last
 
     def _forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        with _eval_mode(self.model), torch.no_grad():
+        with eval_mode(self.model), torch.no_grad():
             logits = _logits(self.model(input_ids=input_ids, attention_mask=attention_mask))  # (n, C)
         self.n_classes = logits.shape[-1]
         return logits
@@ -179,21 +180,20 @@ def faithfulness_samples(
         ids, mask = ids.to(device), mask.to(device)
         once = _OnceModel(model)  # the batch's clean and perturbed inputs recur across protocols and rankings
         once(ids, mask)  # the clean inputs (and the number of classes)
+        ranked = {key: _ranking(key, idx, rows, rankings, ids, mask, ids_all, random_seed) for key in keys}
         once.recording = True  # first every curve's inputs, then each distinct one forwarded, by length
         for key in keys:
             for mode, fractions, rounding in PROTOCOLS.values():
                 perturbation_curve(
-                    once, ids, mask, _ranking(key, idx, rows, rankings, ids, mask, ids_all, random_seed),
-                    mode=mode, fractions=fractions, rounding=rounding, replace_id=replace_id, pad_id=pad_id,
-                    keep_positions=keep_positions, batch_size=batch_size,
+                    once, ids, mask, ranked[key], mode=mode, fractions=fractions, rounding=rounding,
+                    replace_id=replace_id, pad_id=pad_id, keep_positions=keep_positions, batch_size=batch_size,
                 )  # fmt: skip
         once.recording = False
         once.run_recorded(batch_size)
         for key in keys:
-            ranking = _ranking(key, idx, rows, rankings, ids, mask, ids_all, random_seed)
             for protocol, (mode, fractions, rounding) in PROTOCOLS.items():
                 curve = perturbation_curve(
-                    once, ids, mask, ranking, mode=mode, fractions=fractions, rounding=rounding,
+                    once, ids, mask, ranked[key], mode=mode, fractions=fractions, rounding=rounding,
                     replace_id=replace_id, pad_id=pad_id, keep_positions=keep_positions, batch_size=batch_size,
                 )  # fmt: skip
                 for metric, values in _scores(protocol, curve).items():

@@ -7,10 +7,11 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from attnflow.modes import eval_mode
 from attnflow.options import GRADIENT_REDUCTIONS as REDUCTIONS
 from attnflow.options import GRADIENT_TARGETS as TARGETS
 
-from ._model import TargetClass, _check_batch, _eval_mode, _logits, _target_classes
+from ._model import TargetClass, _check_batch, _logits, _target_classes
 
 __all__ = ["REDUCTIONS", "TARGETS", "input_gradients"]
 
@@ -81,7 +82,7 @@ def input_gradients(
     embedding = model.get_input_embeddings()
     labels_flat = None if labels is None else torch.as_tensor(labels).reshape(-1)
     chunks = []
-    with _eval_mode(model), torch.enable_grad():
+    with eval_mode(model), torch.enable_grad():
         for start in range(0, input_ids.shape[0], batch_size):
             sl = slice(start, start + batch_size)
             ids, mask = input_ids[sl], attention_mask[sl]

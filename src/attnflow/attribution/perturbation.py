@@ -16,7 +16,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._model import _check_batch, _eval_mode, _logits
+from attnflow.modes import eval_mode
+
+from ._model import _check_batch, _logits
 from .blank_out import PAD_ID
 
 __all__ = [
@@ -132,7 +134,7 @@ def perturbation_curve(
     dev = input_ids.device
     real_t, removable_t = torch.as_tensor(real, device=dev), torch.as_tensor(removable, device=dev)
     rank_t, k_t = torch.as_tensor(rank, device=dev), torch.as_tensor(k, device=dev)
-    with _eval_mode(model), torch.no_grad():
+    with eval_mode(model), torch.no_grad():
         clean_prob, target = np.empty(n), np.empty(n, dtype=np.int64)
         for start in range(0, n, batch_size):
             sl = slice(start, start + batch_size)

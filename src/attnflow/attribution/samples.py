@@ -22,7 +22,9 @@ __all__ = [
     "attribute_samples",
     "blank_out_under_switches",
     "blank_switches",
+    "gradient_settings",
     "method_options",
+    "method_settings",
     "study_options",
     "switch_from_configured",
     "switched_blank_out",
@@ -139,14 +141,28 @@ def method_options(
     return {m: {**every[m], "batch_size": batch_size} for m in methods}
 
 
+def method_settings(attribution: Mapping[str, Any]) -> dict[str, Any]:
+    """The `attribution` config group without its :data:`STUDY_KEYS`: the blank-out settings and
+    batch_size, as :func:`method_options` takes them."""
+    return {k: v for k, v in attribution.items() if k not in STUDY_KEYS}
+
+
+def gradient_settings(task_settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A task's `gradient_target` / `gradient_class` (``task.<name>``), as :func:`method_options` takes them."""
+    return {k: task_settings[k] for k in ("gradient_target", "gradient_class")}
+
+
 def study_options(
     attribution: Mapping[str, Any], task_settings: Mapping[str, Any], encoder: Any
 ) -> dict[str, dict[str, Any]]:
-    """`method_options` of the study: the `attribution` config group (the blank-out settings and
-    batch_size; not its :data:`STUDY_KEYS`) and the task's `gradient_target` / `gradient_class`."""
-    opts = {k: v for k, v in attribution.items() if k not in STUDY_KEYS}
-    grad = {k: task_settings[k] for k in ("gradient_target", "gradient_class")}
-    return method_options(list(attribution["methods"]), encoder, **grad, **opts)
+    """`method_options` of the study: the `attribution` config group (:func:`method_settings`)
+    and the task's gradient settings (:func:`gradient_settings`)."""
+    return method_options(
+        list(attribution["methods"]),
+        encoder,
+        **gradient_settings(task_settings),
+        **method_settings(attribution),
+    )
 
 
 def switched_blank_out(

@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from attnflow.modes import eval_mode
+
 from .captured import Captured, zero_padding
 
 __all__ = ["NEEDS", "Captured", "forward", "is_study_model", "zero_padding"]
@@ -93,13 +95,9 @@ def _study_forward(model: Any, batch: Any, needs: tuple[str, ...], target: Any) 
     valid = None if mask is None else mask.bool()
     got = Captured(logits=None, attentions=None, attention_mask=valid)
     if "attentions" in needs:
-        was_training = model.training
-        model.eval()
-        try:
+        with eval_mode(model):
             with torch.no_grad():
                 out = model(ids, mask, output_attentions=True)
-        finally:
-            model.train(was_training)
         if out.attentions is None:
             raise ValueError(f"{type(model).__name__} returned no attentions; load it with eager attention")
         got.logits, got.attentions = out.logits, zero_padding(out.attentions, valid)

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from attnflow.devices import model_device
+from attnflow.modes import eval_mode
 
 from .captured import Captured, zero_padding
 from .eager import AttentionUnavailableError, NoOutputHeadError, eager_attention
@@ -213,9 +214,7 @@ def forward_attentions(
     inputs = _model_inputs(batch, device)
     mask = inputs.get("attention_mask")
     want_grad = target is not None and attention_grads
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         with eager_attention(model), torch.set_grad_enabled(want_grad):
             try:
                 out = model(**inputs, output_attentions=True, return_dict=True)
@@ -225,8 +224,6 @@ def forward_attentions(
                         f"{type(model).__name__} cannot return attentions: {exc}"
                     ) from exc
                 raise
-    finally:
-        model.train(was_training)
     layers = _stack_attentions(out, model)
     bsz, _, tokens, _ = layers[0].shape
     valid = None if mask is None else mask.to(device=layers[0].device).bool()  # (B, T)

@@ -18,6 +18,7 @@ import torch
 
 from attnflow.explain import EXPLAINER_INPUTS
 from attnflow.methods import METHODS as RECORDS
+from attnflow.modes import eval_mode
 
 __all__ = ["METHODS", "logits_forward", "token_attributions"]
 
@@ -53,12 +54,8 @@ def logits_forward(model: Any) -> Any:
         kept = torch.unique(last) if keeps else None  # sorted positions
         if kept is not None:
             kwargs["logits_to_keep"] = kept
-        was_training = model.training
-        model.eval()
-        try:
+        with eval_mode(model):
             logits = model(input_ids=input_ids, **kwargs).logits
-        finally:
-            model.train(was_training)
         if logits.ndim == 3:  # (B, T or len(kept), V): the position after the last real token
             at = last if kept is None else torch.searchsorted(kept, last)
             logits = logits[torch.arange(logits.shape[0], device=logits.device), at.to(logits.device)]

@@ -61,6 +61,22 @@ def _np_sums_agree() -> bool:
     return _NP_SUMS["same"]
 
 
+def _common_call(attn: Any, heads: Any, lengths: Any, mask: Any, renormalize: bool) -> bool:
+    """Whether a call is the common one the kernels take whole: float64 numpy attention of shape
+    ([B,] L, H, T, T), mean heads, no padding, no renormalisation."""
+    return (
+        type(attn) is np.ndarray
+        and attn.dtype == np.float64
+        and isinstance(heads, str)
+        and heads == "mean"
+        and not renormalize
+        and lengths is None
+        and mask is None
+        and attn.ndim in (4, 5)
+        and attn.shape[-1] == attn.shape[-2]
+    )
+
+
 def _fast_small(
     attn: Any, residual: float, heads: Any, lengths: Any, mask: Any, renormalize: bool,
     sources: Any, layers: Any, normalize: bool, progress: bool | None,
@@ -69,19 +85,7 @@ def _fast_small(
     int or a list of ints, layers in order, at most SMALL_ROWS rows, none to sweep, no progress
     bar, e.g. CLS flow of one sample -- in one kernel call (`_kernels.mean_flow_small`): the values
     of `_fast_caps` + `_fast_flow` bit for bit; None for any other call (nothing computed)."""
-    if (
-        progress
-        or type(attn) is not np.ndarray
-        or attn.dtype != np.float64
-        or not isinstance(heads, str)
-        or heads != "mean"
-        or renormalize
-        or lengths is not None
-        or mask is not None
-        or attn.ndim not in (4, 5)
-        or attn.shape[-1] != attn.shape[-2]
-        or not _np_sums_agree()
-    ):
+    if progress or not _common_call(attn, heads, lengths, mask, renormalize) or not _np_sums_agree():
         return None
     batched = attn.ndim == 5
     limits = np.array(
@@ -104,18 +108,7 @@ def _fast_caps(attn: Any, residual: float, heads: Any, lengths: Any, mask: Any, 
     """(B, L, T, T) capacities of the common call, bit-identical to the general path (the same
     float64 operations in the same order, in one C++ pass plus numpy's row sums), and whether the
     input had a batch axis; None when the call is not the common one or a check is borderline."""
-    if (
-        type(attn) is not np.ndarray
-        or attn.dtype != np.float64
-        or not isinstance(heads, str)
-        or heads != "mean"
-        or renormalize
-        or lengths is not None
-        or mask is not None
-        or attn.ndim not in (4, 5)
-        or attn.shape[-1] != attn.shape[-2]
-        or 0 in attn.shape
-    ):
+    if not _common_call(attn, heads, lengths, mask, renormalize) or 0 in attn.shape:
         return None
     batched = attn.ndim == 5
     x = attn if batched else attn[None]  # (B, L, H, T, T)

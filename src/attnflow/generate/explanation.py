@@ -55,6 +55,7 @@ from attnflow.explain.apply import CausalSpec, RowSpec, apply
 from attnflow.generate.gradient_maps import gradient_maps
 from attnflow.generate.result import GenerationExplanation
 from attnflow.methods import METHODS, generation_methods
+from attnflow.modes import eval_mode
 
 from attnflow.generate.result import load_generations as load_generations  # isort: skip
 from attnflow.generate.result import save_generations as save_generations  # isort: skip
@@ -144,13 +145,9 @@ def _generate(
         torch.manual_seed(seed)
     device = model_device(model)
     ids = torch.tensor([prompt_ids], device=device)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
-    finally:
-        model.train(was_training)
     seq = out.sequences if hasattr(out, "sequences") else out
     generated = [int(i) for i in seq[0, len(prompt_ids) :].tolist()]
     if not generated:

@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from attnflow.modes import eval_mode
+
 __all__ = ["Faithfulness", "faithfulness", "faithfulness_grid", "removal_faithfulness"]
 
 N_RANDOM = 5  # random removal sets per k
@@ -83,9 +85,7 @@ def _logprobs(model: Any, prefixes: list[list[int]], generated_ids: list[int], b
     n = len(generated_ids)
     targets = torch.tensor(generated_ids, device=device)
     out = np.zeros((len(prefixes), n))
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         for start in range(0, len(prefixes), batch_size):
             chunk = prefixes[start : start + batch_size]
             p = len(chunk[0])
@@ -97,8 +97,6 @@ def _logprobs(model: Any, prefixes: list[list[int]], generated_ids: list[int], b
             out[start : start + len(chunk)] = (
                 logp.gather(2, targets[None, :, None].expand(len(chunk), n, 1))[..., 0].cpu().numpy()
             )
-    finally:
-        model.train(was_training)
     return out
 
 

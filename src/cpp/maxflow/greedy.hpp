@@ -181,17 +181,18 @@ struct GreedyResult {
 // never giving a child more than its remaining rho. What a node cannot place stays as its excess.
 // rho also bounds the maximum: value <= sum_k min(a_k, rho[K-1, k]) (a cut bound).
 // With `have_rho` the caller has put rho in the workspace already, and kids[t] = the positions by
-// decreasing rho[t] for t < K-1. `a_order` (optional): order_desc_positive of `a`, for a caller
+// decreasing rho[t] for t < K-1 (or in `kids_given`, (K-1, n), when not null). `a_order` (optional): order_desc_positive of `a`, for a caller
 // that solves many problems from one supply (the top layer's senders, sorted once).
 // Returns (value, arcs listed in `touched` (-1: overflow), bound).
 template <class WS>
 inline GreedyResult greedy(const double* C, const double* a, const double* bcap, WS& ws,
-                           bool have_rho = false, const i64* a_order = nullptr, i64 a_count = 0) {
+                           bool have_rho = false, const i64* a_order = nullptr, i64 a_count = 0,
+                           const i64* kids_given = nullptr) {
     const i64 K = ws.K, n = ws.n;
     double* F = ws.F.data();
     double* e = ws.e.data();
     double* rho = ws.rho.data();
-    i64* kids = ws.kids.data();
+    const i64* kids = kids_given != nullptr ? kids_given : ws.kids.data();
     if (!have_rho) {
         for (i64 k = 0; k < n; ++k) rho[k] = bcap[k];
         for (i64 m = 1; m < K; ++m)
@@ -202,7 +203,7 @@ inline GreedyResult greedy(const double* C, const double* a, const double* bcap,
                 for (i64 k = 0; k < ws.geo.end(i); ++k) v += std::min(Crow[k], below[k]);
                 rho[m * n + i] = v;
             }
-        for (i64 t = 0; t < K - 1; ++t) order_desc(rho + t * n, kids + t * n, n);  // most capable first
+        for (i64 t = 0; t < K - 1; ++t) order_desc(rho + t * n, ws.kids.data() + t * n, n);  // most capable first
     }
     const i64 top = (K - 1) * n;
     double bound = 0.0;

@@ -72,12 +72,6 @@ void run_rows(const F64& caps, const I64& lengths, const I64& row_b, const I64& 
     rows_kernel(c, row_b.size(), parts, threads);
 }
 
-// The small call of a full batch (no padding) in one step: rows r = (b, q) for every sample b and
-// q < Q, source (layer row_layer[q] + 1, position row_src[q]); row_layer non-decreasing. Does what
-// layered_max_flow does with such a call (the rows, their supplies caps[b, row_layer[q],
-// row_src[q]], the `_small` test and the thread count, then run_rows): returns the (B * Q, N)
-// values, or None when the call is not small (it then needs the plan). limits = (SMALL_ROWS,
-// SWEEP_ROWS_MIN, SWEEP_LAYERS_MIN, threads free); serial_work = SERIAL_WORK.
 // The rows of a small call of a full batch (no padding): r = (b, q) for every sample b and q < Q,
 // source (layer lq[q] + 1, position sq[q]); lq non-decreasing and in range. False when the call is
 // not small (`_small`: more than SMALL_ROWS rows, or SWEEP_ROWS_MIN rows of one (sample, layer) at
@@ -171,16 +165,6 @@ void run_tasks(const F64& caps, const I64& lengths, const I64& row_b, const I64&
 
 // --- the capacities of a call, from attention as given (the numpy steps of flow.py, fused) ------
 
-// Head mean and residual of a full batch: out[b, l] = (1 - r) * (sum_h attn[b, l, h]) / H + r I.
-// The same float64 operations in the same order as numpy's attn.mean(axis=2) (heads added one
-// after another from head 0, then divided by H) followed by `mix_residual` before its row
-// normalisation, so the result is bit-identical. attn: (B, L, H, T, T) -> (B, L, T, T).
-// In the same pass, the checks of `prepare` on every row of every head: all entries >= 0 and the
-// row sum within `tol` of 1 (a NaN or inf makes the sum fail); None when one fails (the caller
-// then takes the general path, which words the error). The sums here are only compared with
-// the tolerance, so their order does not matter (the caller leaves a margin). The (b, l) matrices are split over up to
-// `threads` threads of the pool (each matrix computed by one thread, in the same order: the
-// same values).
 // numpy's einsum("...k->...") of one contiguous row of float64 (`row_sums`), its order of additions
 // (numpy 2's sum_of_arr with two-lane vectors): lane l takes entries 2p + l, eight at a time as
 // (x0 + x1) + (x2 + x3) of their pairs added to the lane, then pairs one by one (the last lane of
@@ -197,6 +181,15 @@ inline double np_row_sum(const double* d, i64 count) {
         acc1 = (count >= 2 ? d[1] : 0.0) + acc1;
     }
     return acc0 + acc1;
+}
+
+// row[k] / d for k < T where d > 0, else 0: numpy's divide(x, s, out=zeros_like(x), where=s > 0)
+// of `normalize_rows`, one row.
+inline void divide_row(double* row, i64 T, double d) {
+    if (d > 0)
+        for (i64 k = 0; k < T; ++k) row[k] = row[k] / d;
+    else
+        for (i64 k = 0; k < T; ++k) row[k] = 0.0;
 }
 
 // np_row_sum over the last axis of x: (..., T) -> (...,), for the check against numpy.
@@ -264,14 +257,7 @@ bool mix_into(const double* x, i64 B, i64 L, i64 H, i64 T, double residual, doub
                 for (i64 k = 0; k < TT; ++k) og[k] = keep * (og[k] / heads);
             for (i64 i = 0; i < T; ++i) og[i * T + i] += residual;
             if (divide)
-                for (i64 i = 0; i < T; ++i) {
-                    double* orow = og + i * T;
-                    const double d = np_row_sum(orow, T);
-                    if (d > 0)
-                        for (i64 k = 0; k < T; ++k) orow[k] = orow[k] / d;
-                    else
-                        for (i64 k = 0; k < T; ++k) orow[k] = 0.0;
-                }
+                for (i64 i = 0; i < T; ++i) divide_row(og + i * T, T, np_row_sum(og + i * T, T));
         }
     };
     pool().run(parts, parts, mix);
@@ -360,19 +346,11 @@ py::object mean_flow_small(const F64& attn, bool batched, double residual, doubl
     if (!ok) return py::none();
     small_flow(caps.data(), B, L, T, Q, sq.data(), lim, serial_work, rb, rl, o);  // releases the GIL
     if (normalize)
-        for (i64 r = 0; r < B * Q; ++r) {
-            double* row = o + r * T;
-            const double d = np_row_sum(row, T);
-            if (d > 0)
-                for (i64 k = 0; k < T; ++k) row[k] = row[k] / d;
-            else
-                for (i64 k = 0; k < T; ++k) row[k] = 0.0;
-        }
+        for (i64 r = 0; r < B * Q; ++r) divide_row(o + r * T, T, np_row_sum(o + r * T, T));
     if (caps.size() > std::size_t(1) << 20) caps = std::vector<double>();  // keep only a small call's
     return std::move(out);
 }
 
-// x[..., k] /= sums[...] in place where sums > 0, else 0: numpy's
 // Max flow of a causal model's one sample from its packed capacities (run_lower). caps: (Ltot,
 // n (n + 1) / 2) float64; row_L: (R,) 1-based, non-decreasing; supply: (R, n). Returns (R, n).
 py::array_t<double> run_lower_rows(const F64& caps, i64 n, const I64& row_L, const F64& supply) {
@@ -404,14 +382,7 @@ void divide_rows(py::array_t<double, py::array::c_style>& x, const F64& sums) {
     const double* s = sums.data();
     const i64 rows = sums.size();
     py::gil_scoped_release release;
-    for (i64 r = 0; r < rows; ++r) {
-        double* row = v + r * T;
-        const double d = s[r];
-        if (d > 0)
-            for (i64 k = 0; k < T; ++k) row[k] = row[k] / d;
-        else
-            for (i64 k = 0; k < T; ++k) row[k] = 0.0;
-    }
+    for (i64 r = 0; r < rows; ++r) divide_row(v + r * T, T, s[r]);
 }
 
 // --- single problems on one network, for the tests (same kernels as the calls above) ----------

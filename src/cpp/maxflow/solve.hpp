@@ -12,11 +12,12 @@ namespace maxflow {
 // flow, leaving the workspace at zero flow again. The supply starts as excess on layer K (the
 // source is implicit: its edges stay saturated, which is all phase one of push-relabel needs).
 // Stops at the smallest of the cut bounds min(sum a, sum b, sum_k min(a_k, rho_k)) and `hint`,
-// an upper bound the caller knows (top_down); `have_rho`, `a_order`, `a_count`: see greedy.
+// an upper bound the caller knows (top_down); `have_rho`, `a_order`, `a_count`, `kids`: see greedy.
 // solve_sums: the same with ua = sum(a) and ub = sum(bcap) given (added k = 0, 1, ... as here).
 template <class WS>
 inline double solve_sums(const double* C, const double* a, const double* bcap, WS& ws, double ua, double ub,
-                         double hint, bool have_rho, const i64* a_order = nullptr, i64 a_count = 0);
+                         double hint, bool have_rho, const i64* a_order = nullptr, i64 a_count = 0,
+                         const i64* kids = nullptr);
 
 template <class WS>
 inline double solve(const double* C, const double* a, const double* bcap, WS& ws,
@@ -33,10 +34,10 @@ inline double solve(const double* C, const double* a, const double* bcap, WS& ws
 
 template <class WS>
 inline double solve_sums(const double* C, const double* a, const double* bcap, WS& ws, double ua, double ub,
-                         double hint, bool have_rho, const i64* a_order, i64 a_count) {
+                         double hint, bool have_rho, const i64* a_order, i64 a_count, const i64* kids) {
     double upper = std::min(std::min(ua, ub), hint);
     if (upper <= RESIDUAL_EPS) return 0.0;
-    const GreedyResult gr = greedy(C, a, bcap, ws, have_rho, a_order, a_count);
+    const GreedyResult gr = greedy(C, a, bcap, ws, have_rho, a_order, a_count, kids);
     upper = std::min(upper, gr.bound);
     if (gr.value >= upper - STOP_TOL) {  // the greedy pass reached a bound; it wrote no residual bits
         reset(C, ws, gr.n_touched, false);

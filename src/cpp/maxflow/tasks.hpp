@@ -51,6 +51,31 @@ inline void top_down(const double* C, const double* a, i64 K, i64 n, i64 N, doub
     }
 }
 
+// out[i] = sum_k min(M[i, k], y[k]) for i, k < n (M: rows of stride `stride`), each sum taken
+// k = 0, 1, ... in order; four rows at a time (independent chains the CPU can overlap: the same
+// additions in the same order, so the same values as one row after another).
+inline void min_sums(const double* M, i64 stride, const double* y, i64 n, double* out) {
+    i64 i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const double *m0 = M + i * stride, *m1 = m0 + stride, *m2 = m1 + stride, *m3 = m2 + stride;
+        double v0 = 0.0, v1 = 0.0, v2 = 0.0, v3 = 0.0;
+        for (i64 k = 0; k < n; ++k) {
+            const double yk = y[k];
+            v0 += std::min(m0[k], yk);
+            v1 += std::min(m1[k], yk);
+            v2 += std::min(m2[k], yk);
+            v3 += std::min(m3[k], yk);
+        }
+        out[i] = v0, out[i + 1] = v1, out[i + 2] = v2, out[i + 3] = v3;
+    }
+    for (; i < n; ++i) {
+        const double* mi = M + i * stride;
+        double v = 0.0;
+        for (i64 k = 0; k < n; ++k) v += std::min(mi[k], y[k]);
+        out[i] = v;
+    }
+}
+
 // sum_k min(x_k, y_k) over k < n, in four interleaved partial sums (independent chains the CPU
 // can overlap; the order of the additions is fixed, so the result is deterministic).
 inline double min_dot(const double* x, const double* y, i64 n) {
@@ -135,12 +160,7 @@ inline void rho_down(const Call& c, i64 b, i64 j, i64 slot, i64 n, i64* depth, i
             for (i64 k = 0; k < n; ++k) r[k] = c.cap(b, 0, k, j);
         } else {
             const double* below = rho_f + (slot * Kmax + m - 1) * n;
-            for (i64 i = 0; i < n; ++i) {
-                double v = 0.0;
-                const double* Crow = c.caps + ((b * c.Lmax + m) * c.N + i) * c.N;
-                for (i64 k = 0; k < n; ++k) v += std::min(Crow[k], below[k]);
-                r[i] = v;
-            }
+            min_sums(c.caps + (b * c.Lmax + m) * c.N * c.N, c.N, below, n, r);
         }
         order_desc(r, ord_f + (slot * Kmax + m) * n, n);
     }
@@ -207,7 +227,7 @@ inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
     std::vector<i64> ord_f;
     std::vector<i64> depth(N, 0);
     std::vector<double> sigma(Kmax * N);
-    std::vector<i64> ord_s(Kmax * N, 0);  // the row's children orders on the reversed network
+    std::vector<i64> ord_r(Kmax * N, 0);  // the row's children orders on the reversed network, (K-1, n)
     bool reversed_ready = false, sorted_sigma = false, keep = false;
     for (i64 q = 0; q < R; ++q) {
         const i64 r = rows[q];
@@ -274,25 +294,22 @@ inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
                     reversed_ready = true;
                 }
                 if (!sorted_sigma) {
-                    for (i64 m = 1; m < K; ++m) order_desc(sigma.data() + m * N, ord_s.data() + m * N, n);
+                    for (i64 m = 1; m < K; ++m) order_desc(sigma.data() + m * N, ord_r.data() + (K - 1 - m) * n, n);
                     sorted_sigma = true;
                 }
                 // the reversed network's rho: this row's top-down pass
                 for (i64 m = 0; m < K; ++m)
                     for (i64 k = 0; k < n; ++k) wsr->rho[m * n + k] = sigma[(K - 1 - m) * N + k];
-                for (i64 m = 0; m < K - 1; ++m)
-                    for (i64 k = 0; k < n; ++k) wsr->kids[m * n + k] = ord_s[(K - 1 - m) * N + k];
-                c.out[r * N + j] = solve_sums(Cr, bcol.data(), a.data(), *wsr, sb, sa, hint, true);
+                c.out[r * N + j] =
+                    solve_sums(Cr, bcol.data(), a.data(), *wsr, sb, sa, hint, true, nullptr, 0, ord_r.data());
             } else {
                 const i64 slot = keep ? j : 0;
                 if (!keep) depth[0] = 0;  // the one slot holds the previous sink's rho
                 rho_down(c, b, j, slot, n, depth.data(), K, Kmax, rho_f.data(), ord_f.data());
                 for (i64 m = 0; m < K; ++m)
                     for (i64 k = 0; k < n; ++k) wsf->rho[m * n + k] = rho_f[(slot * Kmax + m) * n + k];
-                for (i64 m = 0; m < K - 1; ++m)
-                    for (i64 k = 0; k < n; ++k) wsf->kids[m * n + k] = ord_f[(slot * Kmax + m) * n + k];
-                c.out[r * N + j] =
-                    solve_sums(Cf, a.data(), bcol.data(), *wsf, sa, sb, hint, true, a_order.data(), a_count);
+                c.out[r * N + j] = solve_sums(Cf, a.data(), bcol.data(), *wsf, sa, sb, hint, true, a_order.data(),
+                                              a_count, ord_f.data() + slot * Kmax * n);
             }
         }
     }

@@ -199,6 +199,13 @@ inline void sync_bits(const double* C, WS& ws, i64 n_touched) {
     }
 }
 
+// No excess and no flow on the sink arcs (the end of every reset).
+template <class WS>
+inline void zero_excess(WS& ws) {
+    std::fill(ws.e.begin(), ws.e.begin() + ws.K * ws.n, 0.0);
+    std::fill(ws.g.begin(), ws.g.begin() + ws.n, 0.0);
+}
+
 // Matrices t0.. of the network back to zero flow, with the residual bits of C (flows and bits
 // of the matrices below t0 are left as they are); excess and sink flows zero.
 template <class WS>
@@ -231,8 +238,7 @@ inline void reset_from(const double* C, WS& ws, i64 t0) {
             }
         }
     }
-    for (i64 x = 0; x < K * n; ++x) ws.e[x] = 0.0;
-    for (i64 k = 0; k < n; ++k) ws.g[k] = 0.0;
+    zero_excess(ws);
 }
 
 // reset_from(Cr, rev, 0) for the reversed network Cr of the network `fwd` is at zero flow with
@@ -253,8 +259,7 @@ inline void reset_reversed(const WS& fwd, WS& rev) {
             rev.upT[r + q] = 0;
         }
     }
-    for (i64 x = 0; x < K * n; ++x) rev.e[x] = 0.0;
-    for (i64 k = 0; k < n; ++k) rev.g[k] = 0.0;
+    zero_excess(rev);
 }
 
 // Back to zero flow: only the `n_touched` arcs listed in `touched` (the only ones that carried
@@ -265,7 +270,7 @@ inline void reset(const double* C, WS& ws, i64 n_touched, bool bits = true) {
         reset_from(C, ws, 0);
         return;
     }
-    const i64 K = ws.K, n = ws.n;
+    const i64 K = ws.K;
     if (n_touched < 0) {
         std::fill(ws.F.begin(), ws.F.begin() + std::max<i64>(K - 1, 0) * ws.geo.matrix(), 0.0);
     } else {
@@ -286,8 +291,7 @@ inline void reset(const double* C, WS& ws, i64 n_touched, bool bits = true) {
                 ws.upT_(t, i, wk) &= ~bk;
             }
     }
-    for (i64 x = 0; x < K * n; ++x) ws.e[x] = 0.0;
-    for (i64 k = 0; k < n; ++k) ws.g[k] = 0.0;
+    zero_excess(ws);
 }
 
 }  // namespace maxflow

@@ -42,7 +42,7 @@ def _run(model, *, replace_id=None):
 def _every_copy(model, *, replace_id=None):
     """The reference: perturbation_curve called with the model itself (no reuse)."""
     import attnflow.attribution.faithfulness as faithfulness
-    from attnflow.attribution._model import _eval_mode
+    from attnflow.modes import eval_mode
 
     class NoReuse:  # the recording pass runs the model too; its results are not used
         recording = False
@@ -54,7 +54,7 @@ def _every_copy(model, *, replace_id=None):
             pass
 
         def __call__(self, input_ids, attention_mask):
-            with _eval_mode(self.m), torch.no_grad():
+            with eval_mode(self.m), torch.no_grad():
                 out = self.m(input_ids=input_ids, attention_mask=attention_mask)
             return out.logits if hasattr(out, "logits") else out
 

@@ -81,9 +81,12 @@ __all__ = [
 # The tolerances live in the C++ kernels (workspace.hpp); these are their values.
 RESIDUAL_EPS: float = _kernels.RESIDUAL_EPS
 STOP_TOL: float = _kernels.STOP_TOL
-# Below this much estimated work (~ arc visits; ~0.1 ms) a call runs on the calling thread: waking
-# a pool thread costs a few microseconds, so a one-sample CLS call (~8e4) already runs on several.
-SERIAL_WORK = 2.0e4
+# Below this much estimated work (~ arc visits; ~0.2 ms on one thread) a call runs on the calling
+# thread: a second thread adds ~0.1 ms (waking it, and each thread's own setup of the rows it
+# shares), so a one-sample Table-1 CLS call (8e4: 0.12 ms on one thread, 0.16 ms on two) runs
+# serially and a 12-layer one at 32 tokens (1.8e6: 1.9 ms, 1.1 ms on two) does not
+# (benchmarks/flow_speed.py, section "idle"; measured 2026-11-27).
+SERIAL_WORK = 1.5e5
 # Above this much estimated work a call shows a progress bar with a time estimate (measured: ~5e8
 # to 1e9 per second on two busy cores, so about 2-4 s there; every row of 12 layers x 2048 tokens
 # is ~1e13).

@@ -5,7 +5,7 @@ way for rows of distinct sources) against one warm-started sweep over a row's si
 
 The workload of `flow_speed.py`'s Table-1 section (100 samples x 6 layers x 8 heads x 20 tokens,
 random attention, seed 0), its rows of 3-6 layers: 400 rows x 20 sinks. One thread, kernel calls
-only, best of 20:
+only, best of 20 after one untimed call (`flow_speed.best_seconds`):
 
 - cold: `_kernels.run_rows` (every problem from zero flow and a greedy start, what a call runs);
 - sweep: per row, `_kernels.sweep` on its forward network -- supply = the row, sink capacities =
@@ -14,7 +14,7 @@ only, best of 20:
 
 Prints both times, their ratio and how many values differ in their last bits (both are exact
 maxima within the solver's tolerance); writes benchmarks/results/flow_sweep_sinks.json. Measured
-2026-11-27 (docs/performance.md, "Issue 31, third round"): the sweep 3.9x slower, 6,650 of 8,000
+2026-11-27 (docs/performance.md, "Issue 31, third round"): the sweep 3.8-3.9x slower, 6,650 of 8,000
 values differing by at most 2.2e-15.
 """
 
@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import numpy as np
-from flow_speed import random_attention  # the same workload
+from flow_speed import best_seconds, random_attention  # the same workload and clock
 
 from attnflow.explain import _maxflow, flow
 
@@ -36,12 +35,7 @@ REPEATS = 20
 
 
 def best_ms(fn) -> float:
-    best = float("inf")
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best * 1e3
+    return best_seconds(fn, REPEATS) * 1e3
 
 
 def main() -> None:

@@ -8,7 +8,8 @@
 Baseline: scipy = `scipy.sparse.csgraph.maximum_flow(..., method="dinic")` per (source, sink) pair
 on the layered graph, capacities x SCIPY_SCALE rounded to integers (Dinic needs integers), timed on
 random subsamples and extrapolated linearly (each row's note says how many), graph building
-included. Ours = the public `attention_flow` (validation included) after one untimed call; the
+included; for Table 1 the fastest of SCIPY_PASSES passes, as ours is the fastest of its calls.
+Ours = the public `attention_flow` (validation included) after one untimed call; the
 max-flow kernels are compiled into the package, so nothing is compiled during any call.
 
 Sections (random attention, seed fixed: per head, logits ~ N(0, SHARPNESS^2) -> softmax; heads
@@ -54,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SEED = 0
 SHARPNESS = 3.0  # std of the attention logits per head: peaked but not one-hot heads
 SCIPY_SCALE = 1e6  # capacities x this, rounded to int, for scipy's integer Dinic
+SCIPY_PASSES = 5  # Table 1: scipy's time is the fastest of this many passes (it varies 22-28 ms by pass)
 TARGETS = {
     "single_x_scipy": 100.0,
     "batched_x_scipy": 250.0,
@@ -95,17 +97,22 @@ def scipy_graph(caps: np.ndarray) -> csr_matrix:
     )
 
 
-def time_scipy(samples: list[np.ndarray], pairs: list[tuple[int, int, int]]) -> tuple[float, dict]:
-    """Seconds for the (layer, source, sink) pairs of each sample, graph building included."""
-    values = {}
-    start = time.perf_counter()
-    for b, caps in enumerate(samples):
-        graph = scipy_graph(caps)
-        tokens = caps.shape[-1]
-        for layer, s, j in pairs:
-            res = maximum_flow(graph, (layer + 1) * tokens + s, j, method="dinic")
-            values[b, layer, s, j] = res.flow_value / SCIPY_SCALE
-    return time.perf_counter() - start, values
+def time_scipy(
+    samples: list[np.ndarray], pairs: list[tuple[int, int, int]], passes: int = 1
+) -> tuple[float, dict]:
+    """Seconds for the (layer, source, sink) pairs of each sample, graph building included: the
+    fastest of `passes` passes over all samples (ours is the fastest of its timed calls too)."""
+    values, times = {}, []
+    for _ in range(passes):
+        start = time.perf_counter()
+        for b, caps in enumerate(samples):
+            graph = scipy_graph(caps)
+            tokens = caps.shape[-1]
+            for layer, s, j in pairs:
+                res = maximum_flow(graph, (layer + 1) * tokens + s, j, method="dinic")
+                values[b, layer, s, j] = res.flow_value / SCIPY_SCALE
+        times.append(time.perf_counter() - start)
+    return min(times), values
 
 
 def best_seconds(fn, repeats: int) -> float:
@@ -180,10 +187,11 @@ def table1(rng, quick: bool) -> list[dict]:
     ours = lib.attention_flow(attn, sources=[0], normalize=False)[:, :, 0]  # (B, L, T)
     pairs = [(layer, 0, j) for layer in range(n_layers) for j in range(tokens)]
     sp_idx = rng.choice(n_samples, 5 if quick else 20, replace=False)
-    t_sp, v_sp = time_scipy([mixed(attn[b]) for b in sp_idx], pairs)
+    passes = 1 if quick else SCIPY_PASSES
+    t_sp, v_sp = time_scipy([mixed(attn[b]) for b in sp_idx], pairs, passes)
     sp_ms = t_sp / len(sp_idx) * 1e3
     d_sp = max(abs(ours[sp_idx[i], layer, j] - v) for (i, layer, _, j), v in v_sp.items())
-    note = f"scipy: {len(sp_idx)} samples timed, max|d| {d_sp:.0e} (its integer rounding)"
+    note = f"scipy: {len(sp_idx)} samples timed, fastest of {passes} passes, max|d| {d_sp:.0e} (its integer rounding)"
     name = f"Table 1 ({n_samples} x {n_layers}L x {n_heads}H x {tokens}T, CLS flow)"
     return [
         row(

@@ -214,16 +214,15 @@ def forward_attentions(
     inputs = _model_inputs(batch, device)
     mask = inputs.get("attention_mask")
     want_grad = target is not None and attention_grads
-    with eval_mode(model):
-        with eager_attention(model), torch.set_grad_enabled(want_grad):
-            try:
-                out = model(**inputs, output_attentions=True, return_dict=True)
-            except TypeError as exc:
-                if "output_attentions" in str(exc):
-                    raise AttentionUnavailableError(
-                        f"{type(model).__name__} cannot return attentions: {exc}"
-                    ) from exc
-                raise
+    with eval_mode(model), eager_attention(model), torch.set_grad_enabled(want_grad):
+        try:
+            out = model(**inputs, output_attentions=True, return_dict=True)
+        except TypeError as exc:
+            if "output_attentions" in str(exc):
+                raise AttentionUnavailableError(
+                    f"{type(model).__name__} cannot return attentions: {exc}"
+                ) from exc
+            raise
     layers = _stack_attentions(out, model)
     bsz, _, tokens, _ = layers[0].shape
     valid = None if mask is None else mask.to(device=layers[0].device).bool()  # (B, T)

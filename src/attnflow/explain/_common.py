@@ -193,11 +193,11 @@ def prepare(attn: Any, *, lengths: Any = None, mask: Any = None, renormalize: bo
     shaped = prepare_shape(attn, "attn", lengths=lengths, mask=mask)
     arr, valid, batched = shaped.attn, shaped.valid, shaped.batched
     full = bool(valid.all())
-    if full:
-        block = arr
-    else:
-        pair = valid[:, None, None, :, None] & valid[:, None, None, None, :]  # (B, 1, 1, T, T)
-        block = np.where(pair, arr, 0)
+    # padding 0 in the dtype np.where(pair, arr, 0) would give: arr itself when its padding is 0
+    # already (a padded batch), else a copy in one pass (`zero_padding`)
+    dtype = np.result_type(arr.dtype, 0)
+    zeroed = full or (dtype == arr.dtype and padding_is_zero(arr, valid))
+    block = arr if zeroed else zero_padding(arr, valid, dtype)
     # one pass for the row sums (a NaN or inf anywhere in a row makes its sum non-finite), one for
     # the minimum; the full finiteness scan runs only to word the error
     sums = row_sums(block, np.float64)
@@ -234,12 +234,49 @@ def check_residual(residual: Any) -> float:
     return float(residual)
 
 
-def zero_padding(x: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """Set rows and columns of padded positions to exactly 0. x: (B, ..., T, T)."""
+def zero_padding(x: np.ndarray, valid: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
+    """x as a new `dtype` array with the rows and columns of padded positions exactly 0 (+0.0).
+    x: (B, ..., T, T); valid: (B, T).
+
+    out[b, ..., q, k] = x[b, ..., q, k] (cast as by astype) if valid[b, q] and valid[b, k], else 0:
+    the values of np.where(pair, x.astype(dtype), 0), in one pass without the batch-sized
+    temporaries (a zeroed array, then np.copyto of the real entries).
+    """
     extra = x.ndim - 3
     shape_q = (valid.shape[0],) + (1,) * extra + (valid.shape[1], 1)
     shape_k = (valid.shape[0],) + (1,) * extra + (1, valid.shape[1])
-    return np.where(valid.reshape(shape_q) & valid.reshape(shape_k), x, 0.0)
+    out = np.zeros(x.shape, dtype=dtype)
+    np.copyto(out, x, casting="unsafe", where=valid.reshape(shape_q) & valid.reshape(shape_k))
+    return out
+
+
+def prefix_lengths(valid: np.ndarray) -> np.ndarray | None:
+    """Each sample's count of real tokens when they are its first ones (valid[b] is n_b True then
+    False: a batch padded at the end), else None. valid: (B, T) -> (B,) or None.
+
+    >>> prefix_lengths(np.array([[True, True, False], [True, True, True]])).tolist()
+    [2, 3]
+    >>> prefix_lengths(np.array([[True, False, True]])) is None
+    True
+    """
+    n = valid.sum(axis=1)
+    return n if np.array_equal(valid, np.arange(valid.shape[1])[None, :] < n[:, None]) else None
+
+
+def padding_is_zero(x: np.ndarray, valid: np.ndarray) -> bool:
+    """Whether every entry of x in a padded row or column has all bits 0 (+0, never -0.0 or NaN),
+    so that x equals `zero_padding(x, valid, x.dtype)` bit for bit. x: (B, ..., T, T).
+
+    Read for a prefix mask only (`prefix_lengths`: per sample, the rows n_b: and the columns n_b:
+    of the real rows, no batch-sized temporary); any other mask answers False (not looked at).
+    """
+    lengths = prefix_lengths(valid)
+    if lengths is None or x.dtype.itemsize not in (1, 2, 4, 8):
+        return False
+    bits = x.view(f"u{x.dtype.itemsize}")
+    return not any(
+        bits[b, ..., n:, :].any() or bits[b, ..., :n, n:].any() for b, n in enumerate(lengths.tolist())
+    )
 
 
 def row_sums(x: np.ndarray, dtype: Any = None) -> np.ndarray:
@@ -255,9 +292,7 @@ def normalize_rows(x: np.ndarray) -> np.ndarray:
 
 def head_stack(p: Prepared, *, renormalize: bool) -> np.ndarray:
     """Every head as float64, padding zeroed, rows rescaled if asked. (B, L, H, T, T)."""
-    x = p.attn.astype(np.float64)
-    if not p.full:
-        x = zero_padding(x, p.valid)
+    x = p.attn.astype(np.float64) if p.full else zero_padding(p.attn, p.valid)
     if renormalize:
         x = normalize_rows(x)
     return x
@@ -270,6 +305,12 @@ def aggregate_heads(p: Prepared, heads: Any, *, renormalize: bool) -> np.ndarray
         x = head_stack(p, renormalize=renormalize)  # (B, L, H, T, T)
     else:
         x = p.attn  # aggregate straight from the input's dtype, into float64
+    return reduce_heads(x, heads)
+
+
+def reduce_heads(x: np.ndarray, heads: Any) -> np.ndarray:
+    """The head aggregation of `aggregate_heads` on heads as they are (padding already as wanted;
+    `heads` already checked): (B, L, H, T, T) -> (B, L, T, T) float64."""
     if isinstance(heads, str):
         if heads == "mean":
             w = x.mean(axis=2, dtype=np.float64)

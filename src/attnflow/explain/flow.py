@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -17,14 +18,13 @@ from ._common import (
     row_sums,
 )
 from ._maxflow import (
-    SERIAL_WORK,
     _kernels,
     flow_threads,
     layered_max_flow,
     lower_max_flow,
     small_full_flow,
+    small_mean_flow,
 )
-from ._maxflow._plan import SMALL_ROWS, SWEEP_LAYERS_MIN, SWEEP_ROWS_MIN
 
 __all__ = ["attention_flow"]
 
@@ -37,28 +37,22 @@ FAST_MARGIN = 1e-9
 MIX_THREADS_MIN = 2**18
 
 
-# `_kernels.mean_flow_small` normalises rows with numpy's order of additions (einsum's, as
-# `row_sums`): checked against numpy once per process (None: not yet), else the call takes the
-# numpy row sums of `_fast_caps`.
-_NP_SUMS = {"same": None}
-
-
+@functools.cache
 def _np_sums_agree() -> bool:
-    """Whether the kernels' row sums equal `row_sums` to the bit (lengths 1-130, checked once)."""
-    if _NP_SUMS["same"] is None:
-        # rows of lengths 1-33 (every remainder mod 8 with up to four blocks of 8) and a few long
-        # ones, entries of many magnitudes: sums whose rounding depends on the order of the
-        # additions (a plain left-to-right sum differs from numpy's at almost every length)
-        x = np.sin(np.arange(64 * 130, dtype=np.float64) * 0.7).reshape(64, 130) ** 2
-        x *= np.exp(np.cos(np.arange(64 * 130) * 1.3).reshape(64, 130) * 20.0)
-        same = all(
-            np.array_equal(
-                _kernels.row_sums_np(x[:, :tokens]).view(np.uint64), row_sums(x[:, :tokens]).view(np.uint64)
-            )
-            for tokens in (*range(1, 34), 64, 127, 130)
+    """Whether the kernels' row sums equal `row_sums` to the bit (lengths 1-130), checked once per
+    process: `_kernels.mean_flow_small` and `mix_heads` normalise rows with numpy's order of
+    additions (einsum's, as `row_sums`) only then; else the calls take numpy's row sums."""
+    # rows of lengths 1-33 (every remainder mod 8 with up to four blocks of 8) and a few long
+    # ones, entries of many magnitudes: sums whose rounding depends on the order of the
+    # additions (a plain left-to-right sum differs from numpy's at almost every length)
+    x = np.sin(np.arange(64 * 130, dtype=np.float64) * 0.7).reshape(64, 130) ** 2
+    x *= np.exp(np.cos(np.arange(64 * 130) * 1.3).reshape(64, 130) * 20.0)
+    return all(
+        np.array_equal(
+            _kernels.row_sums_np(x[:, :tokens]).view(np.uint64), row_sums(x[:, :tokens]).view(np.uint64)
         )
-        _NP_SUMS["same"] = bool(same)
-    return _NP_SUMS["same"]
+        for tokens in (*range(1, 34), 64, 127, 130)
+    )
 
 
 def _common_call(attn: Any, heads: Any, lengths: Any, mask: Any, renormalize: bool) -> bool:
@@ -88,10 +82,7 @@ def _fast_small(
     if progress or not _common_call(attn, heads, lengths, mask, renormalize) or not _np_sums_agree():
         return None
     batched = attn.ndim == 5
-    limits = np.array(
-        (SMALL_ROWS, SWEEP_ROWS_MIN, SWEEP_LAYERS_MIN, flow_threads(None), MIX_THREADS_MIN), np.int64
-    )
-    return _kernels.mean_flow_small(
+    return small_mean_flow(
         attn if batched else attn[None],
         batched,
         residual,
@@ -99,8 +90,7 @@ def _fast_small(
         layers,
         sources,
         bool(normalize),
-        limits,
-        SERIAL_WORK,
+        MIX_THREADS_MIN,
     )
 
 

@@ -32,13 +32,14 @@ from attnflow.options import CLS_SELF
 
 from ._common import (
     Prepared,
-    aggregate_heads,
     as_numpy,
     check_heads,
     is_torch,
     mix_residual,
     prepare,
     prepare_shape,
+    reduce_heads,
+    zero_padding,
 )
 
 __all__ = ["CLS_SELF", "chefer_generic", "chefer_lrp", "companion"]
@@ -83,21 +84,28 @@ def _shaped(x: Any, name: str, p: Prepared, method: str) -> np.ndarray:
 
 
 def _finite(arr: np.ndarray, name: str, p: Prepared) -> np.ndarray:
-    """A companion as float64 with padded rows and columns 0; finite on the real ones."""
-    out = arr.astype(np.float64)
-    if not p.full:
-        pair = p.valid[:, None, None, :, None] & p.valid[:, None, None, None, :]  # (B, 1, 1, T, T)
-        out = np.where(pair, out, 0.0)
-    if not np.all(np.isfinite(out)):
+    """A companion as float64 with padded rows and columns 0; finite on the real ones.
+
+    One reduction checks finiteness: a NaN or inf anywhere makes the sum non-finite; the
+    elementwise scan runs only then (a finite sum that overflowed must not be refused).
+    """
+    out = arr.astype(np.float64) if p.full else zero_padding(arr, p.valid)
+    with np.errstate(over="ignore", invalid="ignore"):  # the sum may overflow, or add inf to -inf
+        total = out.sum()
+    if not np.isfinite(total) and not np.all(np.isfinite(out)):
         raise ValueError(f"{name} contains NaN or inf")
     return out
 
 
 def _weighted_heads(p: Prepared, grad: np.ndarray, other: np.ndarray, heads: Any) -> np.ndarray:
     """Ā = agg_h[(∇A ⊙ X)⁺] per layer, padding 0: (B, L, H, T, T) -> (B, L, T, T) float64."""
+    check_heads(heads, p.attn.shape[2])
     positive = grad * other  # (B, L, H, T, T)
     np.maximum(positive, 0.0, out=positive)  # in place: a second batch-sized temporary costs ~10x
-    return aggregate_heads(Prepared(positive, p.valid, p.batched, p.like), heads, renormalize=False)
+    if not p.full:  # padded rows and columns +0, in place (what aggregate_heads' copy would hold)
+        pair = p.valid[:, None, None, :, None] & p.valid[:, None, None, None, :]  # (B, 1, 1, T, T)
+        np.copyto(positive, 0.0, where=~pair)
+    return reduce_heads(positive, heads)
 
 
 def _identity(valid: np.ndarray) -> np.ndarray:

@@ -52,6 +52,13 @@ inline i64 rank_desc(const double* vals, i64 i, i64 n) {
 // SSE2 compare, no tail. Ties make two entries share a rank: found by the ranks taken (a bit per
 // rank), and then false is returned and the caller ranks the row with rank_desc. With
 // `positive`, only entries > RESIDUAL_EPS are ranked (order_desc_positive); *count = how many.
+// pad[:n] = vals[:n], then NaN up to pad[to - 1]: whole vectors to compare, the padding never
+// counted.
+inline void pad_row(const double* vals, i64 n, i64 to, double* pad) {
+    for (i64 j = 0; j < n; ++j) pad[j] = vals[j];
+    for (i64 j = n; j < to; ++j) pad[j] = std::numeric_limits<double>::quiet_NaN();
+}
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define MAXFLOW_AVX2_RANKS 1
 // ranks_untied with four doubles per compare, on CPUs with AVX2 (checked once, at load): compares
@@ -60,8 +67,7 @@ __attribute__((target("avx2"))) inline bool ranks_untied_avx2(const double* vals
                                                               i64* count) {
     alignas(32) double pad[RANK_MAX_N + 4];
     const i64 n4 = (n + 3) & ~i64(3);
-    for (i64 j = 0; j < n; ++j) pad[j] = vals[j];
-    for (i64 j = n; j < n4; ++j) pad[j] = std::numeric_limits<double>::quiet_NaN();
+    pad_row(vals, n, n4, pad);
     u64 taken = 0;
     i64 c = 0;
     for (i64 i = 0; i < n; ++i) {
@@ -96,8 +102,7 @@ inline bool ranks_untied(const double* vals, i64* idx, i64 n, bool positive, i64
 #if defined(__SSE2__)
     alignas(16) double pad[RANK_MAX_N + 2];
     const i64 n2 = (n + 1) & ~i64(1);
-    for (i64 j = 0; j < n; ++j) pad[j] = vals[j];
-    if (n2 > n) pad[n] = std::numeric_limits<double>::quiet_NaN();
+    pad_row(vals, n, n2, pad);
     u64 taken = 0;
     i64 c = 0;
     for (i64 i = 0; i < n; ++i) {

@@ -201,6 +201,71 @@ py::array_t<double> row_sums_np(const F64& x) {
     return out;
 }
 
+// One head added to the running sum `og` (or copied into it, `first`), each entry the same addition
+// (heads in order), and its rows checked: all entries >= 0 and each row's sum within `tol` of 1
+// (four partial sums, independent chains; a sum is only compared with tol). False when a row fails.
+inline bool add_head_plain(const double* xh, double* og, i64 T, bool first, double tol) {
+    const i64 TT = T * T;
+    if (first)
+        std::copy(xh, xh + TT, og);
+    else
+        for (i64 k = 0; k < TT; ++k) og[k] += xh[k];
+    bool good = true;
+    for (i64 i = 0; i < T; ++i) {
+        const double* row = xh + i * T;
+        double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0, low = 0.0;
+        i64 k = 0;
+        for (; k + 4 <= T; k += 4) {
+            s0 += row[k], s1 += row[k + 1], s2 += row[k + 2], s3 += row[k + 3];
+            low = std::min(low, std::min(std::min(row[k], row[k + 1]), std::min(row[k + 2], row[k + 3])));
+        }
+        for (; k < T; ++k) s0 += row[k], low = std::min(low, row[k]);
+        const double sum = (s0 + s1) + (s2 + s3);
+        if (low < 0 || !(std::fabs(sum - 1.0) <= tol)) good = false;
+    }
+    return good;
+}
+
+#if defined(MAXFLOW_AVX2_RANKS)
+// add_head_plain with four doubles per instruction and the check in the same pass over a row (the
+// row is read once): the same sums entry by entry, so the same bits; the check's four partial
+// sums are the four lanes.
+__attribute__((target("avx2"))) inline bool add_head_avx2(const double* xh, double* og, i64 T, bool first,
+                                                          double tol) {
+    bool good = true;
+    for (i64 i = 0; i < T; ++i) {
+        const double* row = xh + i * T;
+        double* orow = og + i * T;
+        __m256d acc = _mm256_setzero_pd(), low = _mm256_setzero_pd();
+        i64 k = 0;
+        for (; k + 4 <= T; k += 4) {
+            const __m256d v = _mm256_loadu_pd(row + k);
+            acc = _mm256_add_pd(acc, v);
+            low = _mm256_min_pd(low, v);
+            _mm256_storeu_pd(orow + k, first ? v : _mm256_add_pd(_mm256_loadu_pd(orow + k), v));
+        }
+        alignas(32) double s[4], m[4];
+        _mm256_store_pd(s, acc);
+        _mm256_store_pd(m, low);
+        double lo = std::min(std::min(m[0], m[1]), std::min(m[2], m[3]));
+        for (; k < T; ++k) {
+            s[0] += row[k], lo = std::min(lo, row[k]);
+            orow[k] = first ? row[k] : orow[k] + row[k];
+        }
+        const double sum = (s[0] + s[1]) + (s[2] + s[3]);
+        if (lo < 0 || !(std::fabs(sum - 1.0) <= tol)) good = false;
+    }
+    return good;
+}
+#endif
+
+inline bool add_head(const double* xh, double* og, i64 T, bool first, double tol) {
+#if defined(MAXFLOW_AVX2_RANKS)
+    if (HAS_AVX2) return add_head_avx2(xh, og, T, first, tol);
+#endif
+    return add_head_plain(xh, og, T, first, tol);
+}
+
 // Head mean and residual of a full batch: out[b, l] = (1 - r) * (sum_h attn[b, l, h]) / H + r I.
 // The same float64 operations in the same order as numpy's attn.mean(axis=2) (heads added one
 // after another from head 0, then divided by H) followed by `mix_residual` before its row
@@ -225,28 +290,7 @@ bool mix_into(const double* x, i64 B, i64 L, i64 H, i64 T, double residual, doub
             const double* xg = x + g * H * TT;
             double* og = o + g * TT;
             bool good = true;
-            for (i64 h = 0; h < H && good; ++h) {
-                const double* xh = xg + h * TT;
-                // the head added to the sum as one run of T * T entries (each entry the same
-                // addition, heads in order), then its rows checked
-                if (h == 0)
-                    std::copy(xh, xh + TT, og);
-                else
-                    for (i64 k = 0; k < TT; ++k) og[k] += xh[k];
-                for (i64 i = 0; i < T; ++i) {
-                    const double* row = xh + i * T;
-                    // the check: four partial sums (independent chains; only compared with tol)
-                    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0, low = 0.0;
-                    i64 k = 0;
-                    for (; k + 4 <= T; k += 4) {
-                        s0 += row[k], s1 += row[k + 1], s2 += row[k + 2], s3 += row[k + 3];
-                        low = std::min(low, std::min(std::min(row[k], row[k + 1]), std::min(row[k + 2], row[k + 3])));
-                    }
-                    for (; k < T; ++k) s0 += row[k], low = std::min(low, row[k]);
-                    const double sum = (s0 + s1) + (s2 + s3);
-                    if (low < 0 || !(std::fabs(sum - 1.0) <= tol)) good = false;
-                }
-            }
+            for (i64 h = 0; h < H && good; ++h) good = add_head(xg + h * TT, og, T, h == 0, tol);
             if (!good) {
                 ok.store(false, std::memory_order_relaxed);
                 return;

@@ -99,3 +99,23 @@ def test_the_head_mean_is_numpys_for_any_head_count(heads):
     assert np.array_equal(bits(_kernels.mix_heads(attn, 0.5, 1e-6, 1, False)), bits(numpy_mix))
     divided = numpy_mix / row_sums(numpy_mix)[..., None]
     assert np.array_equal(bits(_kernels.mix_heads(attn, 0.5, 1e-6, 2, True)), bits(divided))
+
+
+@pytest.mark.parametrize("tokens", [4, 9, 20])  # whole vectors of four and a tail of one
+@pytest.mark.parametrize("column", [0, 3, -1])
+@pytest.mark.parametrize("fault", ["negative", "sum", "nan"])
+def test_the_head_mean_refuses_a_bad_row_in_any_lane(tokens, column, fault):
+    # the check runs in the pass that adds the heads (four entries per instruction where the CPU
+    # has AVX2): a bad entry in any lane of a vector or in the tail fails it
+    attn = stochastic(np.random.default_rng(tokens), (2, 2, 3, tokens, tokens))
+    assert _kernels.mix_heads(attn, 0.5, 1e-6, 1, True) is not None
+    row = attn[1, 0, 2, tokens - 1]
+    if fault == "negative":
+        row[column] = -1e-3
+        row[0 if column else 1] += 1e-3  # the row still sums to 1
+    elif fault == "sum":
+        row[column] += 1e-3
+    else:
+        row[column] = np.nan
+    assert _kernels.mix_heads(attn, 0.5, 1e-6, 1, True) is None
+    assert _kernels.mix_heads(attn, 0.5, 1e-6, 2, False) is None

@@ -62,6 +62,8 @@ threads) is numpy, in `_plan`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from . import _kernels
@@ -132,14 +134,34 @@ def _execute(
     )
 
 
+def _small_limits(*extra: int) -> np.ndarray:
+    """What the one-call kernels test a call against: (SMALL_ROWS, SWEEP_ROWS_MIN,
+    SWEEP_LAYERS_MIN, the threads free now, *extra)."""
+    return np.array((SMALL_ROWS, SWEEP_ROWS_MIN, SWEEP_LAYERS_MIN, flow_threads(None), *extra), np.int64)
+
+
 def small_full_flow(caps: np.ndarray, row_layer: np.ndarray, row_src: np.ndarray) -> np.ndarray | None:
     """`layered_max_flow` of a small call on a batch without padding, in one kernel call, or None
     when the call is not small (`_small`). caps: (B, L, N, N) float64, C-contiguous; the rows are
     (b, q) for every sample b and q < Q, the source at 0-based layer row_layer[q] (non-decreasing)
     and position row_src[q]. Returns (B * Q, N), the values layered_max_flow gives for these rows.
     """
-    limits = np.array((SMALL_ROWS, SWEEP_ROWS_MIN, SWEEP_LAYERS_MIN, flow_threads(None)), np.int64)
-    return _kernels.run_full_small(caps, row_layer, row_src, limits, SERIAL_WORK)
+    return _kernels.run_full_small(caps, row_layer, row_src, _small_limits(), SERIAL_WORK)
+
+
+def small_mean_flow(
+    attn: np.ndarray, batched: bool, residual: float, tol: float, layers: Any, sources: Any, normalize: bool,
+    mix_min: int,
+) -> np.ndarray | None:  # fmt: skip
+    """`attention_flow` of a small call on float64 attention (B, L, H, T, T) without padding, heads
+    averaged, in one kernel call (`_kernels.mean_flow_small`: the head mean and residual, the
+    checks of `prepare` with row sums within `tol` of 1, the rows, the values and, with
+    `normalize`, their normalisation); None, before any work, when the call is not small (see
+    `small_full_flow`), or after the mix when a check fails. Attention of at least `mix_min`
+    entries is mixed on the threads free now."""
+    return _kernels.mean_flow_small(
+        attn, batched, residual, tol, layers, sources, normalize, _small_limits(mix_min), SERIAL_WORK
+    )
 
 
 def lower_max_flow(packed: np.ndarray, tokens: int, row_L: np.ndarray, supply: np.ndarray) -> np.ndarray:

@@ -1,6 +1,6 @@
 """Attention-flow speed against scipy's maximum_flow, timed in the same run.
 
-    python benchmarks/flow_speed.py              # full run, ~5-10 minutes on 2 cores
+    python benchmarks/flow_speed.py              # full run, ~30 s on 2 cores (+ ~1 min to build --ref-rev)
     python benchmarks/flow_speed.py --quick      # smaller workloads and subsamples (smoke test)
     python benchmarks/flow_speed.py --only busy  # one section (table1, allpairs, long, first, busy)
     python benchmarks/flow_speed.py --ref-rev 8b2e771  # Table 1 also with that revision's build

@@ -19,7 +19,7 @@ def run(cfg: DictConfig) -> None:
         items = pronoun_sentences(opts.n_sentences, seed=cfg.seed)
         study = pronoun_study(
             model, tokenizer, items, methods=list(opts.methods), prefix=opts.prefix, ig_steps=opts.ig_steps,
-            ig_batch_size=opts.batch_size, progress=True,
+            ig_batch_size=opts.batch_size, batch_size=opts.batch_size, progress=True,
         )  # fmt: skip
         summary = save_pronoun_study(
             study, paths.pronouns, paths.pronoun_maps, reduce=opts.reduce, n_boot=opts.n_boot, seed=cfg.seed

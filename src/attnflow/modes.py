@@ -1,14 +1,31 @@
-"""A model in eval mode for the length of a computation, every submodule's own flag given back after."""
+"""How a model is run for a computation: in eval mode for its length, every submodule's own flag
+given back after (`eval_mode`); its logits formed at the positions read only, where its forward
+can (`keeps_logits`)."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from torch import nn
 
-__all__ = ["eval_mode"]
+__all__ = ["eval_mode", "keeps_logits"]
+
+
+def keeps_logits(model: Any) -> bool:
+    """Whether ``model.forward`` takes ``logits_to_keep`` (transformers' causal LMs): the output
+    layer at the positions asked for only, not (B, T, vocabulary) -- a vocabulary of 49k is a
+    fifth of a small LM's work at every position.
+
+    >>> keeps_logits(nn.Linear(2, 2))
+    False
+    """
+    try:
+        return "logits_to_keep" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError, AttributeError):
+        return False
 
 
 @contextmanager

@@ -22,7 +22,6 @@ the head mean and the row sums); in float32 to ~1e-6.
 
 from __future__ import annotations
 
-import inspect
 import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,7 +34,7 @@ import torch
 
 from attnflow.bridge.eager import attention_configs
 from attnflow.explain.torch_ops import mix_residual, normalize_rows
-from attnflow.modes import eval_mode
+from attnflow.modes import eval_mode, keeps_logits
 
 __all__ = [
     "GRAD_STREAM_METHODS",
@@ -481,7 +480,7 @@ def _forward_options(model: Any, positions: torch.Tensor) -> tuple[dict[str, Any
     if getattr(model.config, "use_cache", None) is not None:
         kwargs["use_cache"] = False
     keep = None
-    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+    if keeps_logits(model):
         keep = torch.unique(positions)
         kwargs["logits_to_keep"] = keep
     return kwargs, keep

@@ -252,3 +252,17 @@ def test_the_config_refuses_bad_pronoun_settings_at_start(override, message):
 
     with pytest.raises(ConfigError, match=re.escape(message)):
         compose([override])
+
+
+def test_study_batches_give_each_sentence_its_own_maps(tiny_study):
+    # the texts go through the model in length batches, each with its own target (the referent's
+    # pronoun, for AttnLRP): one text per batch gives the same maps to float32 rounding
+    from attnflow.pronouns import pronoun_study
+
+    items, tok, model, study = tiny_study
+    alone = pronoun_study(model, tok, items, prefix="<s>", ig_steps=8, batch_size=1, ig_batch_size=1)
+    assert alone.sentences["tokens"].tolist() == study.sentences["tokens"].tolist()
+    for a, b in zip(alone.maps, study.maps, strict=True):
+        assert a.keys() == b.keys()
+        for method in a:
+            np.testing.assert_allclose(a[method], b[method], rtol=1e-4, atol=1e-6, err_msg=method)

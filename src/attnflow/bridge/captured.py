@@ -32,8 +32,9 @@ class Captured:
 
 
 def zero_padding(x: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
-    """x (B, L, H, T, T) with rows and columns of padded positions set to exactly 0."""
-    if valid is None:
+    """x (B, L, H, T, T) with rows and columns of padded positions set to exactly 0; x itself when
+    there is no padding (valid None or all True). valid: (B, T) bool."""
+    if valid is None or bool(valid.all()):
         return x
     keep = valid[:, None, None, :, None] & valid[:, None, None, None, :]  # (B, 1, 1, T, T)
     return x.masked_fill(~keep, 0.0)

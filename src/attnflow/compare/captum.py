@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnflow.batches import length_batches
+
 from .scores import logits_forward, method_options, token_attributions
 
 _IMPORT_ERROR: BaseException | None = None  # why captum could not be used, said when it is needed
@@ -134,7 +136,8 @@ def integrated_gradients(
     points); position and token-type embeddings are not interpolated. The baseline x' keeps the
     special tokens ([CLS], [SEP], padding; not [UNK]) and replaces every other token by
     `baseline`: "pad", "mask", "unk" (the tokenizer's token) or a token id. target: "predicted"
-    (the arg-max of f(x)), a class, or one class per text.
+    (the arg-max of f(x)), a class, or one class per text. The texts go through the model
+    `batch_size` at a time, grouped by token length (less padding); results in input order.
     """
     require_captum()
     from captum.attr import LayerIntegratedGradients
@@ -150,14 +153,16 @@ def integrated_gradients(
     kept = set(getattr(tokenizer, "all_special_ids", []) or []) - {getattr(tokenizer, "unk_token_id", None)}
     special = torch.tensor(sorted(kept), dtype=torch.long)
     device = next(model.parameters()).device
-    starts = range(0, len(texts), batch_size)
+    # texts of similar length batched together (less padding), results in input order
+    lengths = [len(ids) for ids in tokenizer(texts, truncation=truncate)["input_ids"]] if texts else []
+    batches = length_batches(lengths, batch_size)
     if progress:
         from tqdm.auto import tqdm
 
-        starts = tqdm(starts, desc="integrated gradients", unit="batch")
-    results: list[IGAttribution] = []
-    for start in starts:
-        chunk = texts[start : start + batch_size]
+        batches = tqdm(batches, desc="integrated gradients", unit="batch")
+    results: list[IGAttribution | None] = [None] * len(texts)
+    for idx in batches:
+        chunk = [texts[i] for i in idx]
         enc = tokenizer(chunk, return_tensors="pt", padding=True, truncation=truncate)
         ids = enc["input_ids"].to(device)  # (B, T)
         mask = enc["attention_mask"].to(device)
@@ -167,7 +172,7 @@ def integrated_gradients(
         with torch.no_grad():
             logits = forward(ids, *extra)  # (B, C)
             base_logits = forward(base, *extra)
-        want = targets[start : start + batch_size]
+        want = [targets[i] for i in idx]
         t = torch.tensor(
             [int(logits[i].argmax()) if w is None else w for i, w in enumerate(want)], device=device
         )
@@ -178,19 +183,17 @@ def integrated_gradients(
         per_token = attr.sum(-1).detach().to("cpu", torch.float64)  # (B, T, H) -> (B, T)
         rows = torch.arange(len(chunk), device=device)
         gap = (logits[rows, t] - base_logits[rows, t]).to("cpu", torch.float64)
-        for i, text in enumerate(chunk):
+        for i, (text, at) in enumerate(zip(chunk, idx.tolist(), strict=True)):
             real = mask[i].bool().cpu()
-            results.append(
-                IGAttribution(
-                    text=text,
-                    tokens=tokenizer.convert_ids_to_tokens(ids[i].cpu()[real].tolist()),
-                    scores=per_token[i][real].numpy(),
-                    target=int(t[i]),
-                    convergence_delta=float(delta[i]),
-                    output_difference=float(gap[i]),
-                )
+            results[at] = IGAttribution(
+                text=text,
+                tokens=tokenizer.convert_ids_to_tokens(ids[i].cpu()[real].tolist()),
+                scores=per_token[i][real].numpy(),
+                target=int(t[i]),
+                convergence_delta=float(delta[i]),
+                output_difference=float(gap[i]),
             )
-    return results
+    return results  # type: ignore[return-value]
 
 
 def _mask_and_types(extra: Any) -> tuple[torch.Tensor | None, torch.Tensor | None]:

@@ -18,7 +18,7 @@ import torch
 
 from attnflow.explain import EXPLAINER_INPUTS
 from attnflow.methods import METHODS as RECORDS
-from attnflow.modes import eval_mode
+from attnflow.modes import eval_mode, keeps_logits
 
 __all__ = ["METHODS", "logits_forward", "token_attributions"]
 
@@ -35,12 +35,7 @@ def logits_forward(model: Any) -> Any:
     whose forward takes ``logits_to_keep`` (transformers' causal LMs) computes its output layer at
     those positions only (a vocabulary of 49k is a fifth of a small LM's work at every position).
     """
-    import inspect
-
-    try:
-        keeps = "logits_to_keep" in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError, AttributeError):
-        keeps = False
+    keeps = keeps_logits(model)
 
     def forward(
         input_ids: torch.Tensor,

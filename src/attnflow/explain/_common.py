@@ -234,6 +234,19 @@ def check_residual(residual: Any) -> float:
     return float(residual)
 
 
+def pair_mask(valid: Any, ndim: int = 5) -> Any:
+    """Which [query, key] pairs are both real tokens, shaped to broadcast against an array of `ndim`
+    axes (B, ..., T, T): pair[b, ..., q, k] = valid[b, q] & valid[b, k]. valid: (B, T) bool, numpy
+    or torch (the result is of the same kind).
+
+    >>> pair_mask(np.array([[True, False]]), ndim=3).tolist()
+    [[[True, False], [False, False]]]
+    """
+    b, t = valid.shape
+    extra = (1,) * (ndim - 3)
+    return valid.reshape((b, *extra, t, 1)) & valid.reshape((b, *extra, 1, t))
+
+
 def zero_padding(x: np.ndarray, valid: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
     """x as a new `dtype` array with the rows and columns of padded positions exactly 0 (+0.0).
     x: (B, ..., T, T); valid: (B, T).
@@ -242,11 +255,8 @@ def zero_padding(x: np.ndarray, valid: np.ndarray, dtype: Any = np.float64) -> n
     the values of np.where(pair, x.astype(dtype), 0), in one pass without the batch-sized
     temporaries (a zeroed array, then np.copyto of the real entries).
     """
-    extra = x.ndim - 3
-    shape_q = (valid.shape[0],) + (1,) * extra + (valid.shape[1], 1)
-    shape_k = (valid.shape[0],) + (1,) * extra + (1, valid.shape[1])
     out = np.zeros(x.shape, dtype=dtype)
-    np.copyto(out, x, casting="unsafe", where=valid.reshape(shape_q) & valid.reshape(shape_k))
+    np.copyto(out, x, casting="unsafe", where=pair_mask(valid, x.ndim))
     return out
 
 

@@ -59,6 +59,7 @@ from attnflow.options import RECEPTIVE_FIELDS, SINK_CHOICES, SINK_MODES, SINK_SC
 from ._common import (
     as_numpy,
     check_positions,
+    head_stack,
     is_torch,
     prepare,
 )
@@ -193,11 +194,7 @@ def _sink_scores(attn: np.ndarray, valid: np.ndarray, causal: bool) -> tuple[np.
 def _float_heads(attn: Any, lengths: Any, mask: Any) -> tuple[Any, np.ndarray]:
     """(Prepared, every head as float64 with padding zeroed) (B, L, H, T, T)."""
     p = prepare(attn, lengths=lengths, mask=mask)
-    x = p.attn.astype(np.float64)
-    if not p.full:
-        pair = p.valid[:, None, None, :, None] & p.valid[:, None, None, None, :]
-        x = np.where(pair, x, 0.0)
-    return p, x
+    return p, head_stack(p, renormalize=False)
 
 
 def sink_scores(attn: Any, *, causal: bool | None = None, lengths: Any = None, mask: Any = None) -> Any:

@@ -36,6 +36,7 @@ from ._common import (
     check_heads,
     is_torch,
     mix_residual,
+    pair_mask,
     prepare,
     prepare_shape,
     reduce_heads,
@@ -103,8 +104,7 @@ def _weighted_heads(p: Prepared, grad: np.ndarray, other: np.ndarray, heads: Any
     positive = grad * other  # (B, L, H, T, T)
     np.maximum(positive, 0.0, out=positive)  # in place: a second batch-sized temporary costs ~10x
     if not p.full:  # padded rows and columns +0, in place (what aggregate_heads' copy would hold)
-        pair = p.valid[:, None, None, :, None] & p.valid[:, None, None, None, :]  # (B, 1, 1, T, T)
-        np.copyto(positive, 0.0, where=~pair)
+        np.copyto(positive, 0.0, where=~pair_mask(p.valid))
     return reduce_heads(positive, heads)
 
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from attnflow.bridge.captured import zero_padding
+
 from ._common import HEAD_AGGREGATIONS, as_numpy, check_heads, check_residual, dtype_name, row_sum_tolerance
 
 __all__ = [
@@ -115,14 +117,6 @@ def prepare_shape(x: torch.Tensor, name: str, *, lengths: Any = None, mask: Any 
     return TorchPrepared(attn=b.detach(), valid=valid, batched=batched, like=x)
 
 
-def _zero_padding(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Rows and columns of padded positions set to 0. x: (B, L, H, T, T), valid: (B, T)."""
-    if valid.all():
-        return x
-    pair = valid[:, None, None, :, None] & valid[:, None, None, None, :]  # (B, 1, 1, T, T)
-    return x.masked_fill(~pair, 0.0)
-
-
 def prepare(
     attn: torch.Tensor, *, lengths: Any = None, mask: Any = None, renormalize: bool = False
 ) -> TorchPrepared:
@@ -130,7 +124,7 @@ def prepare(
     shaped = prepare_shape(attn, "attn", lengths=lengths, mask=mask)
     valid = shaped.valid
     dtype = compute_dtype(attn)
-    x = _zero_padding(shaped.attn.to(dtype), valid)
+    x = zero_padding(shaped.attn.to(dtype), valid)
     sums = x.sum(dim=-1)  # (B, L, H, T): NaN / inf anywhere in a row makes its sum non-finite
     if not torch.isfinite(sums).all() and not torch.isfinite(x).all():
         raise ValueError("attn contains NaN or inf")
@@ -165,7 +159,7 @@ def companion(x: Any, name: str, p: TorchPrepared, method: str) -> torch.Tensor:
     if arr.shape != p.attn.shape:
         shape = tuple(p.attn.shape if p.batched else p.attn.shape[1:])
         raise ValueError(f"{name} must have the shape of attn {shape}, got {tuple(t.shape)}")
-    out = _zero_padding(arr.detach().to(device=p.attn.device, dtype=p.attn.dtype), p.valid)
+    out = zero_padding(arr.detach().to(device=p.attn.device, dtype=p.attn.dtype), p.valid)
     if not torch.isfinite(out).all():
         raise ValueError(f"{name} contains NaN or inf")
     return out

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from attnflow.modes import eval_mode
+from attnflow.modes import eval_mode, keeps_logits
 
 __all__ = ["Faithfulness", "faithfulness", "faithfulness_grid", "removal_faithfulness"]
 
@@ -85,15 +85,17 @@ def _logprobs(model: Any, prefixes: list[list[int]], generated_ids: list[int], b
     n = len(generated_ids)
     targets = torch.tensor(generated_ids, device=device)
     out = np.zeros((len(prefixes), n))
+    # the logits of the last n positions (those that predict g_0 .. g_n-1) are all that is read
+    kept = {"logits_to_keep": n} if keeps_logits(model) else {}
     with eval_mode(model):
         for start in range(0, len(prefixes), batch_size):
             chunk = prefixes[start : start + batch_size]
-            p = len(chunk[0])
             ids = torch.tensor([c + generated_ids[:-1] for c in chunk], device=device)  # (c, p + n - 1)
             with torch.no_grad():
-                logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits  # (c, T, V)
-            rows = torch.arange(p - 1, p - 1 + n, device=device)
-            logp = torch.log_softmax(logits[:, rows].double(), dim=-1)  # (c, n, V)
+                logits = model(
+                    input_ids=ids, attention_mask=torch.ones_like(ids), **kept
+                ).logits  # (c, T or n, V)
+            logp = torch.log_softmax(logits[:, -n:].double(), dim=-1)  # (c, n, V)
             out[start : start + len(chunk)] = (
                 logp.gather(2, targets[None, :, None].expand(len(chunk), n, 1))[..., 0].cpu().numpy()
             )

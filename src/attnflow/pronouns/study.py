@@ -131,12 +131,14 @@ def pronoun_study(
     prefix: str = "",
     ig_steps: int = 32,
     ig_batch_size: int = 8,
+    batch_size: int = 16,
     progress: bool = False,
 ) -> PronounStudy:
     """Run the test on `items` (see the module docstring); `prefix` is put before every sentence
     (e.g. the BOS token, so the first antecedent is not the attention sink at position 0) and is
-    never scored. IG: `ig_steps` Gauss-Legendre points, baseline = the pad token at every
-    non-special position (`integrated_gradients`), `ig_batch_size` texts per batch."""
+    never scored. `batch_size` texts per forward of the attention maps and AttnLRP (grouped by
+    length). IG: `ig_steps` Gauss-Legendre points, baseline = the pad token at every non-special
+    position (`integrated_gradients`), `ig_batch_size` texts per batch (times `ig_steps` rows)."""
     from attnflow.hf import explain_texts
 
     if unknown := [m for m in methods if m not in PRONOUN_METHODS]:
@@ -147,13 +149,9 @@ def pronoun_study(
     right_ids = [pronoun_id(tokenizer, it.right) for it in items]
     wrong_ids = [pronoun_id(tokenizer, it.wrong) for it in items]
     mapped = [m for m in methods if m != IG] or ["raw"]  # one run also gives the logits
-    # one text per call: explain_texts sorts its batches by length, so a list of per-text targets
-    # would not follow the texts
-    bar = _progress(texts, "explain", progress)
-    explained = [
-        explain_texts(model, tokenizer, [text], methods=mapped, target=[t])[0]
-        for text, t in zip(bar, right_ids, strict=True)
-    ]
+    explained = explain_texts(
+        model, tokenizer, texts, methods=mapped, target=right_ids, batch_size=batch_size, progress=progress
+    )  # length batches; each text keeps its own target
     ig = None
     if IG in methods:
         from attnflow.compare.captum import integrated_gradients
@@ -181,14 +179,6 @@ def pronoun_study(
         all_maps.append(maps)
     sentences = pd.DataFrame(rows)
     return PronounStudy(sentences, pronoun_tables(sentences, all_maps), all_maps)
-
-
-def _progress(items: Sequence[Any], desc: str, show: bool) -> Any:
-    if not show:
-        return items
-    from tqdm.auto import tqdm
-
-    return tqdm(items, desc=desc, unit="text")
 
 
 def pronoun_tables(sentences: pd.DataFrame, maps: Sequence[dict[str, np.ndarray]]) -> pd.DataFrame:

@@ -3,14 +3,8 @@
 
 #include <limits>
 
+#include "simd.hpp"
 #include "workspace.hpp"
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#endif
 
 namespace maxflow {
 
@@ -59,8 +53,7 @@ inline void pad_row(const double* vals, i64 n, i64 to, double* pad) {
     for (i64 j = n; j < to; ++j) pad[j] = std::numeric_limits<double>::quiet_NaN();
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define MAXFLOW_AVX2_RANKS 1
+#if defined(MAXFLOW_AVX2)
 // ranks_untied with four doubles per compare, on CPUs with AVX2 (checked once, at load): compares
 // only, so the same ranks on any CPU.
 __attribute__((target("avx2"))) inline bool ranks_untied_avx2(const double* vals, i64* idx, i64 n, bool positive,
@@ -88,15 +81,10 @@ __attribute__((target("avx2"))) inline bool ranks_untied_avx2(const double* vals
     *count = c;
     return true;
 }
-
-inline const bool HAS_AVX2 = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-}();
 #endif
 
 inline bool ranks_untied(const double* vals, i64* idx, i64 n, bool positive, i64* count) {
-#if defined(MAXFLOW_AVX2_RANKS)
+#if defined(MAXFLOW_AVX2)
     if (HAS_AVX2) return ranks_untied_avx2(vals, idx, n, positive, count);
 #endif
 #if defined(__SSE2__)

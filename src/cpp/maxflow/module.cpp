@@ -226,7 +226,7 @@ inline bool add_head_plain(const double* xh, double* og, i64 T, bool first, doub
     return good;
 }
 
-#if defined(MAXFLOW_AVX2_RANKS)
+#if defined(MAXFLOW_AVX2)
 // add_head_plain with four doubles per instruction and the check in the same pass over a row (the
 // row is read once): the same sums entry by entry, so the same bits; the check's four partial
 // sums are the four lanes.
@@ -260,7 +260,7 @@ __attribute__((target("avx2"))) inline bool add_head_avx2(const double* xh, doub
 #endif
 
 inline bool add_head(const double* xh, double* og, i64 T, bool first, double tol) {
-#if defined(MAXFLOW_AVX2_RANKS)
+#if defined(MAXFLOW_AVX2)
     if (HAS_AVX2) return add_head_avx2(xh, og, T, first, tol);
 #endif
     return add_head_plain(xh, og, T, first, tol);

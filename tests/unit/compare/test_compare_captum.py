@@ -165,3 +165,18 @@ def test_missing_captum_names_the_extra_not_a_file_outside_the_wheel(bert, monke
         ImportError, match=r"captum is installed but importing it failed: ImportError: numpy\.core"
     ):
         compare_captum.require_captum()
+
+
+def test_integrated_gradients_batches_by_length_and_answers_in_input_order(bert, texts):
+    # longest first, so the length batches reorder the texts; each text keeps its own target,
+    # and its attribution is the one it gets alone (to float32 rounding: padding changes sums)
+    model, tokenizer = bert
+    order = sorted(texts, key=lambda t: -len(tokenizer(t)["input_ids"]))
+    assert order != texts
+    targets = [k % 2 for k in range(len(order))]
+    together = integrated_gradients(model, tokenizer, order, target=targets, n_steps=8, batch_size=2)
+    assert [r.text for r in together] == order
+    for text, target, r in zip(order, targets, together, strict=True):
+        alone = integrated_gradients(model, tokenizer, [text], target=target, n_steps=8)[0]
+        assert r.target == target and r.tokens == alone.tokens
+        np.testing.assert_allclose(r.scores, alone.scores, rtol=1e-4, atol=1e-6)

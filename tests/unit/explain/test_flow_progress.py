@@ -44,4 +44,17 @@ def test_rounds_cover_every_task_once_with_similar_work():
     cost = np.array([5.0, 1.0, 1.0, 1.0, 1.0, 1.0, 10.0, 0.5])
     rounds = _maxflow._rounds(cost, 4)
     assert sorted(np.concatenate(rounds).tolist()) == list(range(cost.size))
-    assert 2 <= len(rounds) <= 4 and rounds[0].tolist() == [6]  # longest first
+    # longest first, each to the round with least work: 10 | 5 | 1 1 1 | 1 1 0.5
+    assert [r.tolist() for r in rounds] == [[6], [0], [1, 3, 5], [2, 4, 7]]
+
+
+def test_rounds_mix_long_and_short_tasks_in_equal_work():
+    cost = np.random.default_rng(0).pareto(1.5, 4000) + 0.01
+    rounds = _maxflow._rounds(cost, 50)
+    assert len(rounds) == 50 and sorted(np.concatenate(rounds).tolist()) == list(range(cost.size))
+    work = np.array([cost[r].sum() for r in rounds])
+    assert work.max() - work.min() <= cost.max()  # LPT: rounds differ by at most one task
+    longest, shortest = np.argsort(-cost)[:50], np.argsort(cost)[:50]
+    # every round holds one of the 50 longest tasks and shares the shortest ones
+    assert sorted(int(np.isin(r, longest).sum()) for r in rounds) == [1] * 50
+    assert sum(bool(np.isin(r, shortest).any()) for r in rounds) > 10

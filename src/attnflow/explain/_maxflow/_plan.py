@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import itertools
 
 import numpy as np
@@ -156,8 +157,15 @@ def _assign(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _rounds(cost: np.ndarray, n_rounds: int) -> list[np.ndarray]:
-    """Task ids, longest first, cut into up to `n_rounds` rounds of about equal estimated work."""
-    order = np.argsort(-cost, kind="stable")
-    csum = np.cumsum(cost[order])
-    cuts = np.searchsorted(csum, np.linspace(0.0, csum[-1], n_rounds + 1)[1:-1], side="right")
-    return [r for r in np.split(order, np.unique(cuts)) if r.size]
+    """Task ids in up to `n_rounds` rounds of about equal estimated work, each a mix of long and
+    short tasks: longest first, each task to the round with the least work so far (each round's
+    tasks longest first). Rounds cut from the longest-first order instead (the first rounds all
+    long tasks, the last all short ones) made the explain@sst2 per-head call 4% slower."""
+    order = np.argsort(-cost, kind="stable").tolist()
+    heap = [(0.0, r) for r in range(max(1, min(n_rounds, len(order))))]
+    members: list[list[int]] = [[] for _ in heap]
+    for t in order:
+        work, r = heapq.heappop(heap)
+        members[r].append(t)
+        heapq.heappush(heap, (work + float(cost[t]), r))
+    return [np.array(m, np.int64) for m in members if m]

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # study_cuda, as the other benchmarks import their helpers
 RESULTS = ROOT / "benchmarks" / "results"
 # Each document and the tables it holds.
 DOCUMENTS = {
@@ -170,12 +171,9 @@ def rendered() -> dict[str, str]:
 def study_cuda_table() -> str:
     """The study on a GPU (``study_cuda/``, ``benchmarks/study_cuda.py``) against the CPU stage times of
     the last ``dvc repro`` (reports/stage_times.csv)."""
-    import importlib.util
+    from study_cuda import compare  # the GPU machine runs study_cuda.py alone: compare lives there
 
-    spec = importlib.util.spec_from_file_location("study_cuda", ROOT / "benchmarks" / "study_cuda.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.compare(RESULTS / "study_cuda" / "study_cuda.csv")
+    return compare(RESULTS / "study_cuda" / "study_cuda.csv")
 
 
 def with_tables(text: str, tables: dict[str, str], where: Path) -> str:

@@ -531,7 +531,7 @@ def main() -> None:
             f"{ratio:>9} {met:>6}  {r['note']}"
         )
     print(
-        f"\n  targets {'met' if result['targets_met'] else 'NOT met'}: {sum(r['met'] for r in checks)} of {len(checks)}"
+        f"\n  targets {'met' if result['targets_met'] else 'NOT met'}: {sum(r['met'] for r in checks)} of {len(checks)} met"
     )
 
 

@@ -44,7 +44,9 @@ def cached_maps(base: str) -> Path:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--base", required=True, help="the commit to compare with")
     base = parser.parse_args().base
     old, new = load_ragged(cached_maps(base)), load_ragged(ROOT / MAPS / "maps.safetensors")
@@ -53,21 +55,30 @@ def main() -> int:
         same = all(np.array_equal(a, b) for a, b in pairs)
         diff = max(float(np.max(np.abs(np.asarray(a, float) - np.asarray(b, float)))) for a, b in pairs)
         top = max(float(np.max(np.abs(a))) for a, _ in pairs)
-        print(f"maps {method:22s} bit-identical: {same}; largest |difference| {diff:.3g} (largest |value| {top:.3g})")
+        print(
+            f"maps {method:22s} bit-identical: {same}; largest |difference| {diff:.3g} (largest |value| {top:.3g})"
+        )
 
     def table(name: str, base_: str | None) -> pd.DataFrame:
         path = f"{REPORTS}/{name}"
         return pd.read_parquet(io.BytesIO(git_bytes(base_, path)) if base_ else ROOT / path)
 
     s_old, s_new = table("sentences.parquet", base), table("sentences.parquet", None)
-    print("sentences: 'correct' flags changed:", int((s_old["correct"] != s_new["correct"]).sum()), "of", len(s_new))
+    print(
+        "sentences: 'correct' flags changed:",
+        int((s_old["correct"] != s_new["correct"]).sum()),
+        "of",
+        len(s_new),
+    )
     for col in ("logit_right", "logit_wrong", "ig_delta", "ig_difference"):
         print(f"sentences: largest |change| of {col}: {float(np.abs(s_old[col] - s_new[col]).max()):.3g}")
     c_old, c_new = table("scores.parquet", base), table("scores.parquet", None)
     for col in ("referent", "model_choice", "first"):
         flips = int((c_old[col].to_numpy() != c_new[col].to_numpy()).sum())
         print(f"scores: {col} flags changed: {flips} of {len(c_new)}")
-    print("shares.parquet bit-identical:", table("shares.parquet", base).equals(table("shares.parquet", None)))
+    print(
+        "shares.parquet bit-identical:", table("shares.parquet", base).equals(table("shares.parquet", None))
+    )
     summary_old = json.loads(git_bytes(base, f"{REPORTS}/summary.json"))
     print("summary.json identical:", summary_old == json.loads((ROOT / REPORTS / "summary.json").read_text()))
     return 0

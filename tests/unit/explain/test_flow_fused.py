@@ -113,27 +113,29 @@ def test_the_kernels_row_sums_are_numpys():
     assert flow._np_sums_agree()
 
 
+@pytest.mark.parametrize("tokens", [2, 9, 20, 35, 36])
 @pytest.mark.parametrize("heads", [1, 2, 3, 8, 12, 16])
-def test_the_head_mean_is_numpys_for_any_head_count(heads):
+def test_the_head_mean_is_numpys_for_any_head_count(heads, tokens):
     # a power-of-two head count is scaled by 1 / H (exact), any other divided by H: numpy's mean
     rng = np.random.default_rng(heads)
-    attn = stochastic(rng, (3, 2, heads, 9, 9), sharpness=6.0)
-    attn[0, 0, :, 0, :] = np.array([5e-324] * 8 + [1 - 8 * 5e-324])  # subnormal entries
-    numpy_mix = 0.5 * attn.mean(axis=2) + 0.5 * np.eye(9)
+    attn = stochastic(rng, (3, 2, heads, tokens, tokens), sharpness=6.0)
+    attn[0, 0, :, 0, :] = np.array([5e-324] * (tokens - 1) + [1 - (tokens - 1) * 5e-324])  # subnormals
+    numpy_mix = 0.5 * attn.mean(axis=2) + 0.5 * np.eye(tokens)
     assert np.array_equal(bits(_kernels.mix_heads(attn, 0.5, 1e-6, 1, False)), bits(numpy_mix))
     divided = numpy_mix / row_sums(numpy_mix)[..., None]
     assert np.array_equal(bits(_kernels.mix_heads(attn, 0.5, 1e-6, 2, True)), bits(divided))
 
 
-@pytest.mark.parametrize("tokens", [4, 9, 20])  # whole vectors of four and a tail of one
+@pytest.mark.parametrize("tokens", [4, 9, 20, 35, 40])  # whole vectors of four and tails of 0-3
 @pytest.mark.parametrize("column", [0, 3, -1])
 @pytest.mark.parametrize("fault", ["negative", "sum", "nan"])
-def test_the_head_mean_refuses_a_bad_row_in_any_lane(tokens, column, fault):
+@pytest.mark.parametrize("head", [0, 3, 4])  # of five
+def test_the_head_mean_refuses_a_bad_row_in_any_lane(tokens, column, fault, head):
     # the check runs in the pass that adds the heads (four entries per instruction where the CPU
-    # has AVX2): a bad entry in any lane of a vector or in the tail fails it
-    attn = stochastic(np.random.default_rng(tokens), (2, 2, 3, tokens, tokens))
+    # has AVX2): a bad entry in any lane of a vector or in the tail, of any head, fails it
+    attn = stochastic(np.random.default_rng(tokens), (2, 2, 5, tokens, tokens))
     assert _kernels.mix_heads(attn, 0.5, 1e-6, 1, True) is not None
-    row = attn[1, 0, 2, tokens - 1]
+    row = attn[1, 0, head, tokens - 1]
     if fault == "negative":
         row[column] = -1e-3
         row[0 if column else 1] += 1e-3  # the row still sums to 1

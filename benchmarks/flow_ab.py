@@ -5,7 +5,8 @@
 On a shared machine one run of `flow_speed.py --ref-rev` (each build timed once, one after the
 other) moves by more than a change of a few percent. Here each round starts one process per build
 (the order alternating from round to round), each times the batched call (100 samples x 6 layers
-x 8 heads x 20 tokens, fastest of 60) and one call per sample (fastest of 8 passes); printed: every
+x 8 heads x 20 tokens, fastest of 60) and one call per sample (fastest of 8 passes), with
+`flow_speed.best_seconds` (after one untimed call); printed: every
 round's times and the ratio of the medians (this build / the revision's). The revision is built
 by `_gitref.build_at` (once, into benchmarks/.cache/site/); the working tree's kernels are those
 last built (`pip install -e .` after editing src/cpp).
@@ -23,27 +24,20 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 CHILD = r"""
-import json, sys, time
+import json, sys
 from pathlib import Path
 import numpy as np
 sys.path.insert(0, sys.argv[1])
 if sys.argv[2] != "-":
     import _gitref
     _gitref.use_site(Path(sys.argv[2]))
-from attnflow.explain import attention_flow
+import flow_speed  # its helpers, on the attnflow this process imports
+lib = flow_speed.lib
 rng = np.random.default_rng(0)
 attn = rng.random((100, 6, 8, 20, 20))
 attn /= attn.sum(-1, keepdims=True)
-attention_flow(attn, sources=[0], normalize=False)  # the pool's threads exist before any timed call
-def best(fn, n):
-    times = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
-batch = best(lambda: attention_flow(attn, sources=[0], normalize=False), 60)
-single = best(lambda: [attention_flow(a, sources=[0], normalize=False) for a in attn], 8)
+batch = flow_speed.best_seconds(lambda: lib.attention_flow(attn, sources=[0], normalize=False), 60)
+single = flow_speed.best_seconds(lambda: [lib.attention_flow(a, sources=[0], normalize=False) for a in attn], 8)
 print(json.dumps({"batched ms/call": batch * 1e3, "one call per sample ms/sample": single * 10}))
 """
 

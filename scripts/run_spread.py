@@ -4,7 +4,7 @@ rollout and flow cells (Tables 1-3) of the working tree against those of a commi
     python scripts/run_spread.py --base 4c13413
 
 Reads ``reports/<task>/correlations.parquet`` from the working tree and from ``git show
-<base>:<path>``, and the base's seeds from ``reports/sweep/correlations.csv``. Prints per task the
+<base>:<path>`` (``same_tables.read``), and the base's seeds from ``reports/sweep/correlations.csv``. Prints per task the
 median and largest |difference| of a cell's mean between the two runs, beside the median and
 largest standard deviation of the same cell over the base's seeds (its seed 0 and sweep seeds),
 and how many cells moved by more than two of those deviations. Used for a run on another kind
@@ -14,18 +14,13 @@ of CPU (docs/determinism.md).
 from __future__ import annotations
 
 import argparse
-import io
-import subprocess
 
 import pandas as pd
+from same_tables import read
 
 TASKS = ("agreement", "sst2")
 KEY = ["importance", "method", "layer"]
 METHODS = ("raw", "rollout", "flow")
-
-
-def _git(path: str, rev: str) -> bytes:
-    return subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, check=True).stdout
 
 
 def configured(table: pd.DataFrame) -> pd.DataFrame:
@@ -34,11 +29,19 @@ def configured(table: pd.DataFrame) -> pd.DataFrame:
     return table[keep]
 
 
+def table(path: str, base: str | None) -> pd.DataFrame:
+    """``same_tables.read``, refusing a table absent from the working tree (base None) or from base."""
+    found = read(path, base)
+    if found is None:
+        raise SystemExit(f"{path}: not found {'in the working tree' if base is None else f'at {base}'}")
+    return found
+
+
 def spread(base: str, task: str) -> pd.DataFrame:
     """Per cell: |now - base| of seed 0's mean, and the sd of the mean over the base's seeds."""
-    now = configured(pd.read_parquet(f"reports/{task}/correlations.parquet")).set_index(KEY)["mean"]
-    then = configured(pd.read_parquet(io.BytesIO(_git(f"reports/{task}/correlations.parquet", base))))
-    sweep = pd.read_csv(io.BytesIO(_git("reports/sweep/correlations.csv", base)))
+    now = configured(table(f"reports/{task}/correlations.parquet", None)).set_index(KEY)["mean"]
+    then = configured(table(f"reports/{task}/correlations.parquet", base))
+    sweep = table("reports/sweep/correlations.csv", base)
     seeds = pd.concat([configured(sweep[sweep["task"] == task])[[*KEY, "mean"]], then[[*KEY, "mean"]]])
     out = pd.DataFrame(
         {"diff": (now - then.set_index(KEY)["mean"]).abs(), "seed_sd": seeds.groupby(KEY)["mean"].std()}
@@ -50,10 +53,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="the commit whose run to compare with")
     args = parser.parse_args()
+    spreads = {task: spread(args.base, task) for task in TASKS}  # every table read before any line
     print("| task | cells | median / largest change | median / largest seed sd | cells beyond 2 sd |")
     print("| --- | --- | --- | --- | --- |")
-    for task in TASKS:
-        d = spread(args.base, task)
+    for task, d in spreads.items():
         print(
             f"| {task} | {len(d)} | {d['diff'].median():.3f} / {d['diff'].max():.3f} | "
             f"{d['seed_sd'].median():.3f} / {d['seed_sd'].max():.3f} | {int((d['diff'] > 2 * d['seed_sd']).sum())} |"

@@ -1,5 +1,5 @@
 """The `attnflow` command line, end to end: a real process on the packaged MiniLM, and bad inputs that
-must end with a one-line message and exit code 2 (no traceback)."""
+must end with a one-line message and exit code 2 (no traceback; through `main`, tests/_cli.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from attnflow.cli import main
+from tests._cli import run_cli
 
 CLI = [sys.executable, "-m", "attnflow.cli"]
 TIMEOUT_S = 300
@@ -98,7 +99,7 @@ def test_explain_on_the_packaged_minilm_prints_the_table_and_writes_every_format
     ],
 )
 def test_bad_inputs_end_with_one_clear_line_and_exit_2(args, message):
-    proc = _run("explain", *args)
+    proc = run_cli("explain", *args)
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert proc.stderr.strip().startswith("attnflow explain: error:")

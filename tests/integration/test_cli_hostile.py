@@ -1,6 +1,7 @@
-"""Hostile and broken inputs through the real entry point (`python -m attnflow.cli`): each ends with
-one clear line on stderr and exit code 2 (no traceback), or, for control characters, a table that
-shows them escaped instead of sending them to the terminal."""
+"""Hostile and broken inputs through the command line's `main` (tests/_cli.py; the terminal escapes
+also through the real entry point, `python -m attnflow.cli`): each ends with one clear line on
+stderr and exit code 2 (no traceback), or, for control characters, a table that shows them escaped
+instead of sending them to the terminal."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
+from tests._cli import run_cli
 from tests._tiny import BERT_WORDS, make_tiny_bert
 
 CLI = [sys.executable, "-m", "attnflow.cli"]
@@ -24,17 +26,16 @@ WORDS = [*BERT_WORDS, "cafe", "film", "pwned", "[", "]", ";", "0", "2j", "31m", 
 ERROR = "attnflow explain: error:"
 
 
-def _run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+def _process(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    """The real entry point in a new interpreter (~5 s of imports)."""
     proc = subprocess.run([*CLI, *args], capture_output=True, input=stdin, timeout=TIMEOUT_S)
     return subprocess.CompletedProcess(
         proc.args, proc.returncode, proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8")
     )
 
 
-def _explain(model: Path, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    return _run(
-        "explain", "--model", str(model), "--device", "cpu", "--method", "rollout", *args, stdin=stdin
-    )
+def _explain(model: Path, *args: str, stdin: bytes | None = None, run=run_cli) -> subprocess.CompletedProcess:
+    return run("explain", "--model", str(model), "--device", "cpu", "--method", "rollout", *args, stdin=stdin)
 
 
 def _one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
@@ -58,8 +59,9 @@ def bert(tmp_path_factory) -> Path:
 HOSTILE_TERMINAL = "good \x1b]0;pwned\x07 movie \x1b[2J\x1b[31m bad\r\x9b"
 
 
-def test_control_characters_of_a_text_are_printed_escaped(bert):
-    proc = _explain(bert, "--text", HOSTILE_TERMINAL)
+@pytest.mark.parametrize("run", [run_cli, _process], ids=["main", "process"])
+def test_control_characters_of_a_text_are_printed_escaped(bert, run):
+    proc = _explain(bert, "--text", HOSTILE_TERMINAL, run=run)
     assert proc.returncode == 0, proc.stderr
     for raw in ("\x1b", "\x07", "\r", "\x9b"):
         assert raw not in proc.stdout and raw not in proc.stderr

@@ -6,13 +6,12 @@ text and runs none of them. Skipped only where no Chromium is installed."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from attnflow.viz import html_page
+from tests._cli import run_cli
 from tests.integration.test_html_browser import CHROMIUM, _load
 
 pytestmark = pytest.mark.skipif(
@@ -20,8 +19,6 @@ pytestmark = pytest.mark.skipif(
     reason="Chromium not installed (apt-get install chromium): no headless browser to load the page",
 )
 
-CLI = [sys.executable, "-m", "attnflow.cli"]
-TIMEOUT_S = 300
 # Each would run if the page let it out of its JSON block: it marks the page's body.
 MARK = "document.body.setAttribute('data-pwned','1')"
 HOSTILE = [
@@ -95,10 +92,6 @@ def test_one_hostile_token_still_renders_the_page(tmp_path, hostile):
 # -- the pages the CLI writes ----------------------------------------------------------------------
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=TIMEOUT_S)
-
-
 def test_explain_html_of_a_hostile_text_renders(tmp_path):
     pytest.importorskip("transformers")
     from tests._tiny import BERT_WORDS, make_tiny_bert
@@ -106,7 +99,7 @@ def test_explain_html_of_a_hostile_text_renders(tmp_path):
     model = make_tiny_bert(tmp_path / "bert", words=[*BERT_WORDS, "<", "!", "-", ">", "/", "script"])
     out = tmp_path / "out"
     text = "good <!--<script> movie"
-    proc = _cli("explain", "--model", str(model), "--text", text, "--text", "bad </script> movie",
+    proc = run_cli("explain", "--model", str(model), "--text", text, "--text", "bad </script> movie",
                 "--device", "cpu", "--method", "rollout,flow", "--format", "html", "--out", str(out))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     dom, console = _load((out / "explain.html").read_text(encoding="utf-8"), tmp_path)
@@ -131,7 +124,7 @@ def test_generate_html_of_a_hostile_prompt_renders(tmp_path):
     transformers.PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]").save_pretrained(model)
     out = tmp_path / "out"
     prompt = "the <!--<script> tower is in ]]> paris"
-    proc = _cli("generate", "--model", str(model), "--prompt", prompt, "--max-new-tokens", "3",
+    proc = run_cli("generate", "--model", str(model), "--prompt", prompt, "--max-new-tokens", "3",
                 "--device", "cpu", "--format", "html", "--out", str(out))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     dom, console = _load((out / "generate.html").read_text(encoding="utf-8"), tmp_path)

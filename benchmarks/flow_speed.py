@@ -436,6 +436,22 @@ def load() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's name and widest vector extension (/proc/cpuinfo): the ratios against scipy depend on
+    it (2026-11-27: batched Table 1 read 218x on an AVX-512 Intel CPU, 382x on an AVX2 AMD EPYC,
+    all pairs 3.59 s and 9.7 s), so every run names it. "unknown" where there is no cpuinfo."""
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "unknown"
+    info = dict(
+        (k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in text.splitlines()[:40]) if v
+    )
+    flags = set(info.get("flags", "").split())
+    vector = next((f.upper() for f in ("avx512f", "avx2", "avx", "sse2") if f in flags), "no SIMD flag")
+    return f"{info.get('model name', 'unknown')} ({vector})"
+
+
 def uptime() -> str:
     try:
         return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
@@ -482,6 +498,7 @@ def main() -> None:
         + (f" --ref-rev {args.ref_rev}" if args.ref_rev else "")
         + "".join(f" --only {n}" for n in args.only or []),
         "machine": platform.processor() or platform.machine(),
+        "cpu": cpu_model(),
         "cpus": os.cpu_count(),
         "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "threads_setting": "ATTNFLOW_THREADS unset: the CPUs free at each call",
@@ -516,7 +533,7 @@ def main() -> None:
     write(args.out, result)
 
     print(
-        f"attention flow vs scipy {scipy.__version__} -- {result['machine']}, {result['cpus']} CPUs "
+        f"attention flow vs scipy {scipy.__version__} -- {result['cpu']}, {result['cpus']} CPUs "
         f"(affinity {result['affinity']}); {result['threads_setting']}"
     )
     print(f"before: {result['uptime_before']}\nafter:  {result['uptime_after']}\n")

@@ -39,8 +39,9 @@ def _num(x: float | None) -> str:
 
 def flow_table(result: dict) -> str:
     """The flow_speed.json run: its command, machine and load, then one row per figure."""
+    cpu = f"{result['cpu']}, " if "cpu" in result else ""  # recorded since 2026-11-27
     lines = [
-        f"`{result['command']}`, {result['cpus']} CPUs, {result['threads_setting']}; load average "
+        f"`{result['command']}`, {cpu}{result['cpus']} CPUs, {result['threads_setting']}; load average "
         f"{result['load_average_before']} before / {result['load_average_after']} after.",
         "",
         "| figure | ours | baseline | baseline's | x faster | target |",

@@ -28,11 +28,13 @@ from attnflow.stream import (
 
 # float64 maps: the same float64 operations as attnflow.explain up to the order of a few sums
 F64_TOL = 1e-12
-# ... of the tiny float32 models' attention, where the stream and the classic capture run forwards
-# of other batch shapes: on an AVX2 CPU (AMD EPYC, 2026-11-27) GPT-2's float32 probabilities of a
-# sample differ by 7.5e-9 between a batch of two and the sample alone (its Conv1D products take
-# another kernel); on the AVX-512 CPUs before they were bit-identical. Maps of such forwards agree
-# to the float32 rounding of the probabilities, not to F64_TOL.
+# ... of the tiny float32 models' attention where the stream's forward and the classic capture's
+# are not bit-identical. On an AVX2 CPU (AMD EPYC, 2026-11-27) GPT-2's are not, even on the same
+# batch of two: the first layer's probabilities agree bit for bit, its attention outputs by 4.7e-10,
+# the last layer's probabilities by 1.9e-9 (Llama's and BERT's agree bit for bit); a sample's
+# probabilities also differ by 7.5e-9 between a batch of two and the sample alone. On the AVX-512
+# CPUs before, all were bit-identical. Such maps agree to the float32 rounding of the
+# probabilities, not to F64_TOL.
 F32_FORWARD_TOL = 1e-8
 # float32 maps: softmax rows are off by ~1e-7; products of 3 layers stay well within this
 F32_TOL = 1e-6

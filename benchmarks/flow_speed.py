@@ -444,9 +444,8 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
         text = cpuinfo.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return "unknown"
-    info = dict(
-        (k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in text.splitlines()[:40]) if v
-    )
+    first = text.split("\n\n", 1)[0]  # the first processor's block: every CPU of a machine is alike
+    info = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first.splitlines())}
     flags = set(info.get("flags", "").split())
     vector = next((f.upper() for f in ("avx512f", "avx2", "avx", "sse2") if f in flags), "no SIMD flag")
     return f"{info.get('model name', 'unknown')} ({vector})"

@@ -63,6 +63,15 @@ def commit_of(ref: str) -> str:
     return out.stdout.strip()
 
 
+def unknown_ref(ref: str) -> str | None:
+    """The one-line error for a `--ref-rev` git does not know as a commit; None for a commit."""
+    try:
+        commit_of(ref)
+    except subprocess.CalledProcessError:
+        return f"--ref-rev {ref!r}: not a commit of this repository"
+    return None
+
+
 def unpack(commit: str) -> Path:
     """src/attnflow/explain at `commit`, as the package attnflow_<commit[:12]> under CACHE/<commit>."""
     name = f"attnflow_{commit[:12]}"

@@ -58,9 +58,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--workload", choices=("table1", "allpairs"), default="table1")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: at least one round")
     sys.path.insert(0, str(HERE))
     import _gitref
 
+    if error := _gitref.unknown_ref(args.ref_rev):
+        parser.error(error)
     site = str(_gitref.build_at(args.ref_rev))
     times: dict[str, list[dict]] = {"now": [], "ref": []}
     for r in range(args.rounds):

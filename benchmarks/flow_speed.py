@@ -481,12 +481,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.ref_rev:  # a revision git does not know fails here, before any section runs
-        from _gitref import commit_of
+        from _gitref import unknown_ref
 
-        try:
-            commit_of(args.ref_rev)
-        except subprocess.CalledProcessError:
-            parser.error(f"--ref-rev {args.ref_rev!r}: not a commit of this repository")
+        if error := unknown_ref(args.ref_rev):
+            parser.error(error)
     REF["rev"] = args.ref_rev
     names = args.only or list(SECTIONS)
     os.environ.pop("ATTNFLOW_THREADS", None)

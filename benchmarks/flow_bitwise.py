@@ -258,6 +258,10 @@ def main() -> None:
         print(f"  {battery(args.battery, n_cases, args.quick)} arrays", flush=True)
         return
     if args.ref_rev:
+        from _gitref import unknown_ref
+
+        if error := unknown_ref(args.ref_rev):
+            parser.error(error)
         compare_revision(args.ref_rev, n_cases, args.quick)
         return
     os.environ["ATTNFLOW_JIT"] = "compile"  # the old solver: its compiled kernels, never its twins

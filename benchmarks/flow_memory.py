@@ -166,8 +166,10 @@ def main() -> None:
         return
     sides: list[tuple[str, Path | None]] = [("now", None)]
     if args.ref_rev:
-        from _gitref import build_at, commit_of
+        from _gitref import build_at, commit_of, unknown_ref
 
+        if error := unknown_ref(args.ref_rev):
+            ap.error(error)
         print(f"building {args.ref_rev} ...", flush=True)
         sides.append((commit_of(args.ref_rev)[:12], build_at(args.ref_rev)))
     meta = {"load_before": os.getloadavg(), "cap_gb": args.cap_gb, "ref_rev": args.ref_rev,

@@ -300,9 +300,14 @@ def normalize_rows(x: np.ndarray) -> np.ndarray:
     return np.divide(x, s, out=np.zeros_like(x), where=s > 0)
 
 
+def real_float64(x: np.ndarray, p: Prepared) -> np.ndarray:
+    """x (an array shaped like p.attn) as a float64 copy with the padding of `p` zeroed."""
+    return x.astype(np.float64) if p.full else zero_padding(x, p.valid)
+
+
 def head_stack(p: Prepared, *, renormalize: bool) -> np.ndarray:
     """Every head as float64, padding zeroed, rows rescaled if asked. (B, L, H, T, T)."""
-    x = p.attn.astype(np.float64) if p.full else zero_padding(p.attn, p.valid)
+    x = real_float64(p.attn, p)
     if renormalize:
         x = normalize_rows(x)
     return x

@@ -19,11 +19,11 @@ from ._common import (
 )
 from ._maxflow import (
     _kernels,
+    direct_mean_flow,
     flow_threads,
     layered_max_flow,
     lower_max_flow,
     small_full_flow,
-    small_mean_flow,
 )
 
 __all__ = ["attention_flow"]
@@ -40,7 +40,7 @@ MIX_THREADS_MIN = 2**18
 @functools.cache
 def _np_sums_agree() -> bool:
     """Whether the kernels' row sums equal `row_sums` to the bit (lengths 1-130), checked once per
-    process: `_kernels.mean_flow_small` and `mix_heads` normalise rows with numpy's order of
+    process: `_kernels.mean_flow_direct` and `mix_heads` normalise rows with numpy's order of
     additions (einsum's, as `row_sums`) only then; else the calls take numpy's row sums."""
     # rows of lengths 1-33 (every remainder mod 8 with up to four blocks of 8) and a few long
     # ones, entries of many magnitudes: sums whose rounding depends on the order of the
@@ -71,18 +71,20 @@ def _common_call(attn: Any, heads: Any, lengths: Any, mask: Any, renormalize: bo
     )
 
 
-def _fast_small(
+def _fast_direct(
     attn: Any, residual: float, heads: Any, lengths: Any, mask: Any, renormalize: bool,
     sources: Any, layers: Any, normalize: bool, progress: bool | None,
 ) -> np.ndarray | None:  # fmt: skip
-    """The common call (see `_fast_caps`) when it is also small -- sources and layers as None, an
-    int or a list of ints, layers in order, at most SMALL_ROWS rows, none to sweep, no progress
-    bar, e.g. CLS flow of one sample -- in one kernel call (`_kernels.mean_flow_small`): the values
-    of `_fast_caps` + `_fast_flow` bit for bit; None for any other call (nothing computed)."""
+    """The common call (see `_fast_caps`) with sources and layers as None, an int or a list of
+    ints, layers in order and no row to sweep, no progress bar asked for, in one kernel call
+    (`_kernels.mean_flow_direct`): a small call (at most SMALL_ROWS rows, e.g. CLS flow of one
+    sample), or a batch of any size whose work would not show a bar (e.g. Table-1 CLS flow of
+    many samples: each sample's heads mixed and its rows solved in one pass). The values of
+    `_fast_caps` + `_fast_flow` bit for bit; None for any other call (nothing computed)."""
     if progress or not _common_call(attn, heads, lengths, mask, renormalize) or not _np_sums_agree():
         return None
     batched = attn.ndim == 5
-    return small_mean_flow(
+    return direct_mean_flow(
         attn if batched else attn[None],
         batched,
         residual,
@@ -91,6 +93,7 @@ def _fast_small(
         sources,
         bool(normalize),
         MIX_THREADS_MIN,
+        progress,
     )
 
 
@@ -251,7 +254,7 @@ def attention_flow(
     residual = check_residual(residual)
     if not isinstance(normalize, bool | np.bool_):
         raise ValueError(f"normalize must be True or False, got {normalize!r}")
-    values = _fast_small(
+    values = _fast_direct(
         attn, residual, heads, lengths, mask, renormalize, sources, layers, normalize, progress
     )
     if values is not None:

@@ -39,8 +39,8 @@ from ._common import (
     pair_mask,
     prepare,
     prepare_shape,
+    real_float64,
     reduce_heads,
-    zero_padding,
 )
 
 __all__ = ["CLS_SELF", "chefer_generic", "chefer_lrp", "companion"]
@@ -90,7 +90,7 @@ def _finite(arr: np.ndarray, name: str, p: Prepared) -> np.ndarray:
     One reduction checks finiteness: a NaN or inf anywhere makes the sum non-finite; the
     elementwise scan runs only then (a finite sum that overflowed must not be refused).
     """
-    out = arr.astype(np.float64) if p.full else zero_padding(arr, p.valid)
+    out = real_float64(arr, p)
     with np.errstate(over="ignore", invalid="ignore"):  # the sum may overflow, or add inf to -inf
         total = out.sum()
     if not np.isfinite(total) and not np.all(np.isfinite(out)):

@@ -40,12 +40,6 @@ inline i64 rank_desc(const double* vals, i64 i, i64 n) {
     return count_above<false>(vals, i, v) + count_above<true>(vals + i + 1, n - i - 1, v);
 }
 
-// Ranks of rows up to RANK_MAX_N entries without ties: rank_i = #{j: vals[j] > vals[i]}, the
-// rank of rank_desc when no two ranked entries are equal (then #{j < i: vals[j] >= v} counts no
-// equal entry). One pass over the row per entry (padded with NaN, never counted), two doubles per
-// SSE2 compare, no tail. Ties make two entries share a rank: found by the ranks taken (a bit per
-// rank), and then false is returned and the caller ranks the row with rank_desc. With
-// `positive`, only entries > RESIDUAL_EPS are ranked (order_desc_positive); *count = how many.
 // pad[:n] = vals[:n], then NaN up to pad[to - 1]: whole vectors to compare, the padding never
 // counted.
 inline void pad_row(const double* vals, i64 n, i64 to, double* pad) {
@@ -53,6 +47,12 @@ inline void pad_row(const double* vals, i64 n, i64 to, double* pad) {
     for (i64 j = n; j < to; ++j) pad[j] = std::numeric_limits<double>::quiet_NaN();
 }
 
+// Ranks of rows up to RANK_MAX_N entries without ties: rank_i = #{j: vals[j] > vals[i]}, the
+// rank of rank_desc when no two ranked entries are equal (then #{j < i: vals[j] >= v} counts no
+// equal entry). One pass over the row per entry (padded with NaN, never counted), two doubles per
+// SSE2 compare, no tail. Ties make two entries share a rank: found by the ranks taken (a bit per
+// rank), and then false is returned and the caller ranks the row with rank_desc. With
+// `positive`, only entries > RESIDUAL_EPS are ranked (order_desc_positive); *count = how many.
 #if defined(MAXFLOW_AVX2)
 // ranks_untied with four doubles per compare, on CPUs with AVX2 (checked once, at load): compares
 // only, so the same ranks on any CPU.

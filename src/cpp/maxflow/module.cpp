@@ -266,6 +266,29 @@ inline bool add_head(const double* xh, double* og, i64 T, bool first, double tol
     return add_head_plain(xh, og, T, first, tol);
 }
 
+// One (b, l) matrix of mix_into: the heads xg (H, T, T) added, checked and mixed into og (T, T).
+struct Mix {
+    i64 H, T;
+    double residual, tol;
+    bool divide;
+    bool operator()(const double* xg, double* og) const {
+        const i64 TT = T * T;
+        const double keep = 1.0 - residual, heads = double(H);
+        for (i64 h = 0; h < H; ++h)
+            if (!add_head(xg + h * TT, og, T, h == 0, tol)) return false;
+        if ((H & (H - 1)) == 0) {  // H = 2^p: x / 2^p and x * 2^-p are the same real number, rounded alike
+            const double inv_heads = 1.0 / heads;
+            for (i64 k = 0; k < TT; ++k) og[k] = keep * (og[k] * inv_heads);
+        } else {
+            for (i64 k = 0; k < TT; ++k) og[k] = keep * (og[k] / heads);
+        }
+        for (i64 i = 0; i < T; ++i) og[i * T + i] += residual;
+        if (divide)
+            for (i64 i = 0; i < T; ++i) divide_row(og + i * T, T, np_row_sum(og + i * T, T));
+        return true;
+    }
+};
+
 // Head mean and residual of a full batch: out[b, l] = (1 - r) * (sum_h attn[b, l, h]) / H + r I.
 // The same float64 operations in the same order as numpy's attn.mean(axis=2) (heads added one
 // after another from head 0, then divided by H) followed by `mix_residual` before its row
@@ -280,29 +303,15 @@ inline bool add_head(const double* xh, double* og, i64 T, bool first, double tol
 bool mix_into(const double* x, i64 B, i64 L, i64 H, i64 T, double residual, double tol, i64 threads,
               bool divide, double* o) {
     const i64 TT = T * T;
-    const double keep = 1.0 - residual, heads = double(H);
-    const bool pow2 = (H & (H - 1)) == 0;  // H = 2^p: 1 / H is exact
-    const double inv_heads = 1.0 / heads;
+    const Mix mix_one{H, T, residual, tol, divide};
     std::atomic<bool> ok{true};
     const i64 G = B * L, parts = std::max<i64>(std::min(threads, G), 1);
     auto mix = [&](i64 part) {
-        for (i64 g = G * part / parts; g < G * (part + 1) / parts && ok.load(std::memory_order_relaxed); ++g) {
-            const double* xg = x + g * H * TT;
-            double* og = o + g * TT;
-            bool good = true;
-            for (i64 h = 0; h < H && good; ++h) good = add_head(xg + h * TT, og, T, h == 0, tol);
-            if (!good) {
+        for (i64 g = G * part / parts; g < G * (part + 1) / parts && ok.load(std::memory_order_relaxed); ++g)
+            if (!mix_one(x + g * H * TT, o + g * TT)) {
                 ok.store(false, std::memory_order_relaxed);
                 return;
             }
-            if (pow2)  // x / 2^p and x * 2^-p are the same real number, rounded alike: the same bits
-                for (i64 k = 0; k < TT; ++k) og[k] = keep * (og[k] * inv_heads);
-            else
-                for (i64 k = 0; k < TT; ++k) og[k] = keep * (og[k] / heads);
-            for (i64 i = 0; i < T; ++i) og[i * T + i] += residual;
-            if (divide)
-                for (i64 i = 0; i < T; ++i) divide_row(og + i * T, T, np_row_sum(og + i * T, T));
-        }
     };
     pool().run(parts, parts, mix);
     return ok.load();
@@ -349,18 +358,83 @@ bool positions(const py::handle& v, i64 upper, std::vector<i64>& out) {
     return true;
 }
 
-// attention_flow of the common small call in one step: float64 attention (B, L, H, T, T) (or
-// (L, H, T, T), batched = false) without padding, mean heads; `layers` and `sources` as given to
-// attention_flow. The capacities (mix_into, rows normalised as `normalize_rows` does), the rows
-// (layers x sources, the order of `_fast_flow`), the values (small_flow) and, with `normalize`, each
-// value row divided by its sum: the values of `_fast_caps` + `_fast_flow`, bit for bit, shaped
-// (B, layers, sources, T) (without B when not batched). None, before any work, when the call is not
-// of that kind or not small (layers out of order, too many rows, rows to sweep, positions not given
-// as None / int / list of ints in range), or after the mix when a check fails: the caller then
-// takes the paths that word errors and plan large calls. limits = (SMALL_ROWS, SWEEP_ROWS_MIN,
-// SWEEP_LAYERS_MIN, threads free, MIX_THREADS_MIN).
-py::object mean_flow_small(const F64& attn, bool batched, double residual, double tol, const py::object& layers,
-                           const py::object& sources, bool normalize, const I64& limits, double serial_work) {
+// Whether no (sample, layer) of a call would be swept (`_plan`): every sample has the rows lq (0-based
+// layers, non-decreasing), so it is enough that no layer >= SWEEP_LAYERS_MIN holds SWEEP_ROWS_MIN rows.
+bool none_swept(i64 Q, const i64* lq, const i64* lim) {
+    for (i64 q = 0, e = 0; q < Q; q = e) {
+        while (e < Q && lq[e] == lq[q]) ++e;
+        if (e - q >= lim[1] && lq[q] + 1 >= lim[2]) return false;
+    }
+    return true;
+}
+
+// A call of many samples, none of its rows swept, in one pass over the samples: each job mixes the
+// heads of a few samples into caps[b] (Mix), takes their rows' supplies caps[b, lq[q], sq[q]] and
+// solves their rows -- the closed forms (run_closed) and every (row, sink) problem on its own
+// (run_cold) -- while the samples are in cache. The values of mix_into + layered_max_flow's planned path bit for bit: the
+// same Mix per matrix, and each problem starts from zero flow, so how rows are grouped into tasks
+// changes no value. out: (B * Q, T). False when a check of the attention fails (nothing useful in
+// out then). The mix and the solves in one pass: -9.5 % of a Table-1 call of 100 samples against
+// mix_heads + the planned path (docs/performance.md, Issue 31, sixth round).
+//
+// Samples per job of batch_flow: 1, 2, 4, 6, 8 and 16 took the same time within the noise of a
+// shared machine (Table-1 CLS flow, 100 samples, 2026-11-27).
+constexpr i64 BATCH_JOB_SAMPLES = 4;
+
+bool batch_flow(const double* x, i64 B, i64 L, i64 H, i64 T, const Mix& mix_one, i64 Q, const i64* lq,
+                const i64* sq, i64 threads, double* caps, double* out) {
+    const i64 R = B * Q, TT = T * T;
+    std::vector<i64> rb(R), rl(R), lengths(B, T), closed, cold;
+    for (i64 r = 0; r < R; ++r) rb[r] = r / Q, rl[r] = lq[r % Q] + 1;
+    for (i64 q = 0; q < Q; ++q) (lq[q] + 1 <= 2 ? closed : cold).push_back(q);
+    std::vector<double> supply(R * T);
+    const Call c{caps, B, L, T, lengths.data(), rb.data(), rl.data(), supply.data(), out};
+    std::atomic<bool> ok{true};
+    // jobs of a few samples each (fewer calls of run_cold's set-up), at least four per thread
+    const i64 per_job = std::max<i64>(1, std::min<i64>(BATCH_JOB_SAMPLES, B / (4 * threads)));
+    const i64 jobs = (B + per_job - 1) / per_job;
+    auto job = [&](i64 j) {
+        thread_local std::vector<i64> closed_rows, cold_rows;
+        closed_rows.clear(), cold_rows.clear();
+        for (i64 b = j * per_job; b < std::min(B, j * per_job + per_job); ++b) {
+            if (!ok.load(std::memory_order_relaxed)) return;
+            for (i64 l = 0; l < L; ++l)
+                if (!mix_one(x + (b * L + l) * H * TT, caps + (b * L + l) * TT)) {
+                    ok.store(false, std::memory_order_relaxed);
+                    return;
+                }
+            for (i64 q = 0; q < Q; ++q) {
+                const double* src = caps + ((b * L + lq[q]) * T + sq[q]) * T;
+                std::copy(src, src + T, supply.data() + (b * Q + q) * T);
+            }
+            for (const i64 q : closed) closed_rows.push_back(b * Q + q);
+            for (const i64 q : cold) cold_rows.push_back(b * Q + q);
+        }
+        if (!closed_rows.empty()) run_closed(c, closed_rows.data(), i64(closed_rows.size()));
+        if (!cold_rows.empty()) run_cold(c, cold_rows.data(), i64(cold_rows.size()), 0, T);
+    };
+    {
+        py::gil_scoped_release release;
+        pool().run(jobs, threads, job);
+    }
+    return ok.load();
+}
+
+// attention_flow of the common call in one step: float64 attention (B, L, H, T, T) (or (L, H, T, T),
+// batched = false) without padding, mean heads; `layers` and `sources` as given to attention_flow.
+// The capacities (Mix, rows normalised as `normalize_rows` does), the rows (layers x sources, the
+// order of `_fast_flow`), the values and, with `normalize`, each value row divided by its sum: the
+// values of `_fast_caps` + `_fast_flow`, bit for bit, shaped (B, layers, sources, T) (without B when
+// not batched). Two kinds of call are taken: a small one (`_small`: mix_into, then small_flow, e.g.
+// CLS flow of one sample) and a batch none of whose rows would be swept (batch_flow, e.g. Table-1
+// CLS flow of many samples) whose estimated work is at most `progress_work` (a larger one shows a
+// progress bar on the planned path). None, before any work, for any other call (layers out of
+// order, rows to sweep, positions not given as None / int / list of ints in range), or after the
+// mix when a check fails: the caller then takes the paths that word errors and plan large calls.
+// limits = (SMALL_ROWS, SWEEP_ROWS_MIN, SWEEP_LAYERS_MIN, threads free, MIX_THREADS_MIN).
+py::object mean_flow_direct(const F64& attn, bool batched, double residual, double tol, const py::object& layers,
+                           const py::object& sources, bool normalize, const I64& limits, double serial_work,
+                           double progress_work) {
     require(limits.size() == 5, "limits must be (SMALL_ROWS, SWEEP_ROWS_MIN, SWEEP_LAYERS_MIN, threads, MIX_MIN)");
     if (attn.ndim() != 5 || attn.shape(3) != attn.shape(4)) return py::none();
     const i64 B = attn.shape(0), L = attn.shape(1), H = attn.shape(2), T = attn.shape(3);
@@ -374,8 +448,12 @@ py::object mean_flow_small(const F64& attn, bool batched, double residual, doubl
         if (lay[q] < lay[q - 1]) return py::none();  // rows out of layer order: the planned path
     std::vector<i64> lq(Q), sq(Q);
     for (i64 q = 0; q < Q; ++q) lq[q] = lay[q / ns], sq[q] = src[q % ns];
-    if (!small_rows(B, Q, lq.data(), lim, rb, rl)) return py::none();
-    const i64 mix_threads = attn.size() >= lim[4] ? lim[3] : 1;
+    const bool small = small_rows(B, Q, lq.data(), lim, rb, rl);
+    double work = 0.0;  // of the whole call (`_plan`'s estimate); whole numbers below 2**53: exact
+    const double n = double(T);
+    for (i64 q = 0; q < Q && !small; ++q)
+        work += double(B) * n * n * (lq[q] + 1 <= 2 ? 1.0 : n * double(std::max<i64>(lq[q] - 1, 1)));
+    if (!small && !(none_swept(Q, lq.data(), lim) && work <= progress_work)) return py::none();
     thread_local std::vector<double> caps;
     caps.resize(B * L * T * T);
     std::vector<py::ssize_t> shape{B, nl, ns, T};
@@ -383,12 +461,19 @@ py::object mean_flow_small(const F64& attn, bool batched, double residual, doubl
     py::array_t<double, py::array::c_style> out(shape);
     double* o = out.mutable_data();
     bool ok;
-    {
-        py::gil_scoped_release release;
-        ok = mix_into(attn.data(), B, L, H, T, residual, tol, mix_threads, true, caps.data());
+    if (small) {
+        const i64 mix_threads = attn.size() >= lim[4] ? lim[3] : 1;
+        {
+            py::gil_scoped_release release;
+            ok = mix_into(attn.data(), B, L, H, T, residual, tol, mix_threads, true, caps.data());
+        }
+        if (ok) small_flow(caps.data(), B, L, T, Q, sq.data(), lim, serial_work, rb, rl, o);  // releases the GIL
+    } else {
+        const i64 threads = work < serial_work ? 1 : lim[3];
+        ok = batch_flow(attn.data(), B, L, H, T, Mix{H, T, residual, tol, true}, Q, lq.data(), sq.data(), threads,
+                        caps.data(), o);
     }
     if (!ok) return py::none();
-    small_flow(caps.data(), B, L, T, Q, sq.data(), lim, serial_work, rb, rl, o);  // releases the GIL
     if (normalize)
         for (i64 r = 0; r < B * Q; ++r) divide_row(o + r * T, T, np_row_sum(o + r * T, T));
     if (caps.size() > std::size_t(1) << 20) caps = std::vector<double>();  // keep only a small call's
@@ -464,11 +549,11 @@ PYBIND11_MODULE(_kernels, m) {
     m.def("run_rows", &run_rows, "Closed forms, then each (row, sink) problem on its own, sinks cut into parts.");
     m.def("run_full_small", &run_full_small,
           "A small call of a full batch: rows, supplies, the small test and run_rows in one step (None: not small).");
-    m.def("mean_flow_small", &mean_flow_small, py::arg("attn"), py::arg("batched"), py::arg("residual"),
+    m.def("mean_flow_direct", &mean_flow_direct, py::arg("attn"), py::arg("batched"), py::arg("residual"),
           py::arg("tol"), py::arg("layers"), py::arg("sources"), py::arg("normalize"), py::arg("limits"),
-          py::arg("serial_work"),
-          "attention_flow of a small call on float64 mean-head attention without padding, in one step "
-          "(None: not such a call, or a check failed).");
+          py::arg("serial_work"), py::arg("progress_work"),
+          "attention_flow of a small call, or of a batch with no rows to sweep, on float64 mean-head "
+          "attention without padding, in one step (None: not such a call, or a check failed).");
     m.def("row_sums_np", &row_sums_np, py::arg("x"), "Row sums in numpy's einsum order (see flow.py).");
     m.def("run_tasks", &run_tasks, "The planned tasks, per worker list, on up to `threads` threads.");
     m.def("mix_heads", &mix_heads, py::arg("attn"), py::arg("residual"), py::arg("tol"), py::arg("threads") = 1,

@@ -153,7 +153,7 @@ def test_a_small_call_on_a_busy_machine_runs_on_the_calling_thread(monkeypatch):
     # two busy loops on two cores: no free CPU, so the kernels get one thread (the caller)
     seen = []
     real = _maxflow._kernels.run_rows
-    real_full = _maxflow._kernels.mean_flow_small
+    real_full = _maxflow._kernels.mean_flow_direct
     monkeypatch.delenv("ATTNFLOW_THREADS", raising=False)
     monkeypatch.setattr(_threads, "free_cpus", lambda: 1)
     monkeypatch.setattr(_maxflow, "flow_threads", _threads.flow_threads)
@@ -161,7 +161,7 @@ def test_a_small_call_on_a_busy_machine_runs_on_the_calling_thread(monkeypatch):
     # the one-step small call of unpadded float64 attention: limits[3] = the free CPUs it may use
     # (the work of this call is far above SERIAL_WORK, so it uses min(limits[3], tokens) threads)
     monkeypatch.setattr(
-        _maxflow._kernels, "mean_flow_small", lambda *a: seen.append(int(a[7][3])) or real_full(*a)
+        _maxflow._kernels, "mean_flow_direct", lambda *a: seen.append(int(a[7][3])) or real_full(*a)
     )
     attn = stochastic(np.random.default_rng(5), (6, 2, 40, 40))
     busy = attention_flow(attn, sources=0)
@@ -217,7 +217,7 @@ def test_the_common_call_gives_the_general_paths_values_bit_for_bit(monkeypatch,
 
     attn = stochastic(np.random.default_rng(11), shape)
     fast = attention_flow(attn, **options)
-    monkeypatch.setattr(flow, "_fast_small", lambda *args: None)
+    monkeypatch.setattr(flow, "_fast_direct", lambda *args: None)
     two_steps = attention_flow(attn, **options)  # `_fast_caps` + `_fast_flow`
     monkeypatch.setattr(flow, "_fast_caps", lambda *args: None)
     general = attention_flow(attn, **options)

@@ -1,10 +1,11 @@
-"""The one-step small call (`flow._fast_small`, `_kernels.mean_flow_small`): mix, row normalisation,
-rows and values in one kernel call, bit for bit the values of the two-step path it replaces."""
+"""The one-step call (`flow._fast_direct`, `_kernels.mean_flow_direct`): mix, row normalisation, rows
+and values in one kernel call -- a small call, or a batch with no row to sweep -- bit for bit the
+values of the two-step path it replaces."""
 
 import numpy as np
 import pytest
 
-from attnflow.explain import attention_flow, flow
+from attnflow.explain import _maxflow, attention_flow, flow
 from attnflow.explain._common import row_sums
 from attnflow.explain._maxflow import _kernels
 
@@ -30,6 +31,11 @@ def bits(x):
         ((2, 1, 1, 1), {}),
         ((1, 3, 2, 5, 5), {"layers": [0, 0, 0], "sources": 4}),
         ((6, 3, 17, 17), {"sources": [0, 3], "layers": 2, "residual": 1.0}),
+        # batches of more than SMALL_ROWS rows, none swept: mixed and solved a few samples per job
+        ((100, 6, 8, 20, 20), {"sources": [0], "normalize": False}),  # Table 1, batched
+        ((40, 4, 2, 9, 9), {"sources": [0, 1, 2]}),  # 3 rows per layer
+        ((33, 5, 3, 6, 6), {"layers": [1, 3, 3, 3], "sources": 4, "residual": 0.3}),
+        ((70, 2, 12, 5, 5), {}),  # every row of layers 1-2: closed forms only
     ],
 )
 def test_the_one_step_call_gives_the_two_step_values_bit_for_bit(monkeypatch, shape, options):
@@ -39,12 +45,12 @@ def test_the_one_step_call_gives_the_two_step_values_bit_for_bit(monkeypatch, sh
         if shape[-1] > 1:
             attn[..., 0, 1] = 0.0  # an exact zero
             attn[..., 0, :] /= attn[..., 0, :].sum(-1, keepdims=True)
-        assert flow._fast_small(attn, options.get("residual", 0.5), "mean", None, None, False,
+        assert flow._fast_direct(attn, options.get("residual", 0.5), "mean", None, None, False,
                                 options.get("sources"), options.get("layers"),
                                 options.get("normalize", True), None) is not None  # fmt: skip
         one = attention_flow(attn, **options)
         with monkeypatch.context() as m:
-            m.setattr(flow, "_fast_small", lambda *args: None)
+            m.setattr(flow, "_fast_direct", lambda *args: None)
             two = attention_flow(attn, **options)
         assert one.shape == two.shape and one.dtype == two.dtype
         assert np.array_equal(bits(one), bits(two))
@@ -62,23 +68,41 @@ def test_the_one_step_call_gives_the_two_step_values_bit_for_bit(monkeypatch, sh
 )
 def test_other_calls_are_left_to_the_paths_before(options):
     attn = stochastic(np.random.default_rng(2), (6, 2, 20, 20))
-    out = flow._fast_small(attn, 0.5, "mean", None, None, False, options.get("sources"),
+    out = flow._fast_direct(attn, 0.5, "mean", None, None, False, options.get("sources"),
                            options.get("layers"), True, options.get("progress"))  # fmt: skip
     assert out is None
 
 
-def test_a_large_call_is_left_to_the_plan():
-    attn = stochastic(np.random.default_rng(2), (100, 6, 2, 8, 8))  # 600 rows > SMALL_ROWS
-    assert flow._fast_small(attn, 0.5, "mean", None, None, False, [0], None, True, None) is None
+def test_a_call_with_rows_to_sweep_is_left_to_the_plan():
     every_row = stochastic(np.random.default_rng(2), (4, 2, 7, 7))  # 7 rows per layer: swept
-    assert flow._fast_small(every_row, 0.5, "mean", None, None, False, None, None, True, None) is None
+    assert flow._fast_direct(every_row, 0.5, "mean", None, None, False, None, None, True, None) is None
+    batch = stochastic(np.random.default_rng(2), (20, 6, 2, 8, 8))
+    assert flow._fast_direct(batch, 0.5, "mean", None, None, False, [0, 1, 2, 3], None, True, None) is None
 
 
-def test_a_borderline_row_is_left_to_the_general_check():
-    attn = np.full((2, 2, 3, 3), 1 / 3)
-    attn[1, 1, 2, 2] += 1e-3
-    assert flow._fast_small(attn, 0.5, "mean", None, None, False, None, None, True, None) is None
-    assert np.isfinite(attention_flow(attn)).all()
+def test_a_batch_that_would_show_a_bar_is_left_to_the_plan(monkeypatch):
+    # the planned path shows a progress bar above PROGRESS_WORK (progress=None); asked for no bar,
+    # the one-step call takes the batch whatever its work
+    attn = stochastic(np.random.default_rng(2), (100, 6, 2, 8, 8))  # 600 rows > SMALL_ROWS
+    assert flow._fast_direct(attn, 0.5, "mean", None, None, False, [0], None, True, None) is not None
+    monkeypatch.setattr(_maxflow, "PROGRESS_WORK", 1.0)
+    assert flow._fast_direct(attn, 0.5, "mean", None, None, False, [0], None, True, None) is None
+    quiet = flow._fast_direct(attn, 0.5, "mean", None, None, False, [0], None, True, False)
+    assert quiet is not None
+    monkeypatch.setattr(flow, "_fast_direct", lambda *args: None)
+    assert np.array_equal(bits(quiet), bits(attention_flow(attn, sources=[0], progress=False)))
+
+
+@pytest.mark.parametrize("shape", [(2, 2, 3, 3), (70, 2, 2, 3, 3)])  # small; a batch of 70 x 6 rows
+def test_a_borderline_row_is_left_to_the_general_check(shape):
+    attn = np.full(shape, 1 / 3)
+    last = attn.reshape((-1, *shape[-4:]))[-1]  # the last sample (a view)
+    last[1, -1, 2, 2] += 1e-3
+    assert flow._fast_direct(attn, 0.5, "mean", None, None, False, None, [1], True, None) is None
+    assert np.isfinite(attention_flow(attn, layers=[1])).all()
+    last[1, -1, 2, 2] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        attention_flow(attn, layers=[1])
 
 
 def test_the_kernels_row_sums_are_numpys():

@@ -44,6 +44,9 @@ every input node (0, j), for many (sample, layer, source) at once. Structure use
   kernel (`run_rows`) runs the closed forms and the sink ranges of the other rows, the same
   kernels as the planned path. Without padding, `small_full_flow` does the whole call -- the
   rows, their supplies, the small test, the thread count -- in one kernel call (`run_full_small`).
+  `direct_mean_flow` goes one step further for float64 attention: the head mean too, and also for
+  a batch of any size none of whose rows is swept (Table-1 CLS flow), each job mixing a few
+  samples' heads and solving their rows while they are in cache.
 * Memory: without padding the forward network is read in place from `caps`; the sinks' rho is
   kept for the sample's next rows only when it has some (one slot for a single row). Label sets
   are grown with the highest label. A causal graph too large to hold twice can be given packed
@@ -149,18 +152,29 @@ def small_full_flow(caps: np.ndarray, row_layer: np.ndarray, row_src: np.ndarray
     return _kernels.run_full_small(caps, row_layer, row_src, _small_limits(), SERIAL_WORK)
 
 
-def small_mean_flow(
+def direct_mean_flow(
     attn: np.ndarray, batched: bool, residual: float, tol: float, layers: Any, sources: Any, normalize: bool,
-    mix_min: int,
+    mix_min: int, progress: bool | None,
 ) -> np.ndarray | None:  # fmt: skip
-    """`attention_flow` of a small call on float64 attention (B, L, H, T, T) without padding, heads
-    averaged, in one kernel call (`_kernels.mean_flow_small`: the head mean and residual, the
-    checks of `prepare` with row sums within `tol` of 1, the rows, the values and, with
-    `normalize`, their normalisation); None, before any work, when the call is not small (see
-    `small_full_flow`), or after the mix when a check fails. Attention of at least `mix_min`
-    entries is mixed on the threads free now."""
-    return _kernels.mean_flow_small(
-        attn, batched, residual, tol, layers, sources, normalize, _small_limits(mix_min), SERIAL_WORK
+    """`attention_flow` on float64 attention (B, L, H, T, T) without padding, heads averaged, in
+    one kernel call (`_kernels.mean_flow_direct`: the head mean and residual, the checks of
+    `prepare` with row sums within `tol` of 1, the rows, the values and, with `normalize`, their
+    normalisation) when the call is small (see `small_full_flow`) or has no row to sweep and,
+    unless `progress` is False, at most PROGRESS_WORK of work (a larger one shows its bar on the
+    planned path); None, before any work, for any other call, or after the mix when a check
+    fails. A small call's attention of at least `mix_min` entries is mixed on the threads free
+    now; a batch mixes each sample's heads in the task that solves its rows."""
+    return _kernels.mean_flow_direct(
+        attn,
+        batched,
+        residual,
+        tol,
+        layers,
+        sources,
+        normalize,
+        _small_limits(mix_min),
+        SERIAL_WORK,
+        np.inf if progress is False else PROGRESS_WORK,
     )
 
 

@@ -8,10 +8,22 @@ ones with their error, with the code that ran it (``provenance.json``: commit, d
 src/, pipelines/, conf/) in ``reports/sweep/jobs.json``; the report stage reads both (a declared dependency, so
 ``dvc repro`` refreshes the report). Launchers: ``hydra/launcher=local`` (default, joblib
 processes), ``hydra/launcher=cluster`` (SLURM) or ``hydra/launcher=submitit_local``.
+
+A job does not train again what an earlier job trained on the same inputs: with the callback
+``hydra.callbacks.reuse`` (on by default; ``~hydra.callbacks.reuse`` trains every job), ``train@TASK``
+is looked up in a stage cache (:mod:`attnflow.stage_cache`, folder ``hydra.callbacks.reuse.cache``)
+under the key of everything it reads: the files of its code (the deps ``dvc.yaml`` lists, computed
+by :mod:`pipelines.dvc_deps`), the prepared data, its declared params (seed, trainer, the task's
+model and train blocks) and the machine. A hit copies the stored model and curves in place of the
+run; a miss trains and stores. Each job's ``reuse.json`` says which trainings were taken and from
+which commit; ``jobs.json`` carries it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import signal
 import sys
 import traceback
@@ -23,10 +35,23 @@ from hydra.experimental.callback import Callback
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
 
-from pipelines import _config, attribute, capture, correlate, download, explain, faithfulness, prepare, train
+from pipelines import (
+    _config,
+    _stage,
+    attribute,
+    capture,
+    correlate,
+    download,
+    dvc_deps,
+    explain,
+    faithfulness,
+    prepare,
+    train,
+)
 
 TASK_STAGES = (download, prepare, train, capture, explain, attribute, correlate, faithfulness)
 ERROR_FILE = "error.txt"  # a failed job writes its traceback here, in its own folder
+REUSE_FILE = "reuse.json"  # per task: the stage-cache key of its training, and whether it was taken
 
 
 def localize(cfg: DictConfig) -> DictConfig:
@@ -44,11 +69,70 @@ def run(cfg: DictConfig) -> None:
     from attnflow.io import write_json
     from attnflow.sweep import PROVENANCE_FILE, code_state
 
-    write_json(Path(PROVENANCE_FILE), code_state(_config.ROOT))
+    state = code_state(_config.ROOT)
+    write_json(Path(PROVENANCE_FILE), state)
     _config.write(cfg, Path("params.yaml"))
+    cache, reused = train_cache(), {}
     for task in cfg.tasks:
         for stage in TASK_STAGES:
-            stage.run(cfg, task)
+            if stage is train and cache is not None:
+                reused[task] = train_or_reuse(cfg, task, cache, commit=state["commit"])
+                write_json(Path(REUSE_FILE), reused)
+            else:
+                stage.run(cfg, task)
+
+
+def train_cache() -> Path | None:
+    """The stage cache of this sweep's trainings (``hydra.callbacks.reuse.cache``, absolute); None
+    outside Hydra or without the callback."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    node = HydraConfig.get().callbacks.get("reuse")
+    return Path(to_absolute_path(str(node.cache))) if node else None
+
+
+def train_key(cfg: DictConfig, task: str) -> str:
+    """The stage-cache key of ``train@TASK`` in this folder: its code files (dvc.yaml's deps of the
+    stage), the prepared data, its declared params and this machine."""
+    from attnflow import stage_cache, tracking
+
+    code = {dep: _config.ROOT / dep for dep in dvc_deps.stage_deps("train", [])}
+    params = tracking.declared(_stage.DVC_YAML, "train", item=task, config=_config.to_dict(cfg)).params
+    inputs = {**code, "prepared": _stage.paths(cfg).prepared_data(task)}
+    return stage_cache.stage_key(inputs, params, stage_cache.machine())
+
+
+def train_or_reuse(cfg: DictConfig, task: str, cache: Path, *, commit: str | None) -> dict[str, Any]:
+    """Run ``train@TASK``, or take the stored run of the same key: its model folder and timing, and
+    the reported copies made from them as the stage makes them. Returns what ``reuse.json`` keeps."""
+    from attnflow import stage_cache
+
+    paths, key = _stage.paths(cfg), train_key(cfg, task)
+    outputs = {"model": paths.model_dir(task), "timing": paths.train_timing(task)}
+    record = stage_cache.restore(cache, key, outputs)
+    if record is None:
+        train.run(cfg, task)
+        stage_cache.store(cache, key, outputs, {"commit": commit, "task": task, "seed": cfg.seed})
+        return {"key": key, "reused": False, "trained_by": commit}
+    with _stage.stage_run(cfg, "train", task, inputs=[paths.prepared_data(task)]) as mlrun:
+        mlrun.set_tags({"reused_from": key, "trained_by": record.get("commit")})
+        for name, target in train.REPORTED.items():
+            _stage_copy(paths.model_dir(task) / name, paths.task_reports(task) / target)
+            mlrun.log_artifact(paths.model_dir(task) / name)
+        mlrun.log_artifact(paths.train_timing(task))
+    print(
+        f"[train {task}] taken from the stage cache ({key[:12]}, trained by {str(record.get('commit'))[:12]})"
+    )
+    return {"key": key, "reused": True, "trained_by": record.get("commit")}
+
+
+def _stage_copy(src: Path, dst: Path) -> None:
+    from attnflow.io import atomic_path
+
+    with atomic_path(dst) as tmp:
+        shutil.copyfile(src, tmp)
 
 
 @hydra.main(config_path=str(_config.CONF_DIR), config_name="config", version_base="1.3")
@@ -62,6 +146,17 @@ def main(cfg: DictConfig) -> None:
     except BaseException:  # SIGTERM, Ctrl-C: recorded, and the sweep stops
         Path(ERROR_FILE).write_text(traceback.format_exc(), encoding="utf-8")
         raise
+
+
+class ReuseTraining(Callback):
+    """``hydra.callbacks.reuse``: sweep jobs take trainings of identical inputs from the stage cache
+    ``cache`` (see the module docstring); the job reads the node, this says where it is."""
+
+    def __init__(self, cache: str = ".cache/train") -> None:
+        self.cache = cache
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        print(f"sweep: trainings of identical inputs are taken from {to_absolute_path(self.cache)}")
 
 
 def _refuse_used_folder(folder: str, key: str) -> None:
@@ -108,6 +203,7 @@ class AggregateSeeds(Callback):
             list(config.tasks),
             out,
             error_file=ERROR_FILE,
+            reuse_file=REUSE_FILE,
             name=self.into,
         )
         if report["failed"]:
@@ -115,5 +211,35 @@ class AggregateSeeds(Callback):
             sys.exit(f"sweep: {len(report['failed'])} job(s) failed, aggregated the others: {names}")
 
 
+def _children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid`` (Linux's /proc; none found elsewhere)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, ppid = stat.read_text().rsplit(")", 1)[1].split()[:2]
+        except (OSError, ValueError):
+            continue  # ended meanwhile
+        if ppid == str(pid) and state != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _end_sweep(signum: int, frame: Any, *, grace_s: float = 30.0) -> None:
+    """SIGTERM to a sweep's parent: pass it on to the job processes it started (joblib's workers,
+    which would run on), give them ``grace_s`` to record it in their error.txt and end their MLflow
+    runs (leaving first would let the launcher kill them mid-way), then exit."""
+    import time
+
+    children = _children(os.getpid())
+    for child in children:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(child, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while set(children) & set(_children(os.getpid())) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    sys.exit(128 + signum)
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _end_sweep)  # a job run in this process (basic launcher) sets its own
     main()

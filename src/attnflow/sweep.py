@@ -136,11 +136,14 @@ def stack_jobs(
     out: StudyPaths,
     *,
     error_file: str = "error.txt",
+    reuse_file: str = "reuse.json",
     name: str = "sweep",
 ) -> dict[str, Any]:
     """Write ``out.sweep_table(name)`` (stacked tables of the finished jobs, with their ``seed``,
     ``job`` and the job's ``overrides`` other than the seed) and ``out.sweep_jobs_file(name)`` (every
-    job: seed, overrides, recipe (the overrides but the seed), status, error, and each task's test / teacher / per-attractor accuracy);
+    job: seed, overrides, recipe (the overrides but the seed), provenance, ``training`` (the job's
+    ``reuse_file``: per task, whether its training was taken from the stage cache and which commit
+    trained it), status, error, and each task's test / teacher / per-attractor accuracy);
     return the latter's content."""
     import yaml
 
@@ -167,6 +170,7 @@ def stack_jobs(
                 o for o in given if not o.startswith("seed=")
             ),  # what the job varies besides the seed
             "provenance": provenance,  # the code that ran the job (None: not recorded)
+            "training": read_json(job / reuse_file) if (job / reuse_file).is_file() else None,
         }
         done = all(job_paths.correlations(t).is_file() for t in tasks)
         if (job / error_file).is_file():

@@ -312,6 +312,23 @@ def test_hydra_sweep_runs_each_seed_and_aggregates_the_finished_jobs(tmp_path):
     ] * 2
     labels = {r["commit"][:12] + ("+dirty" if r["dirty"] else "") for r in records}
     assert set(stacked["commit"]) == labels
+    # each finished job trained and stored its training; a second sweep of seed 0 takes it from the
+    # stage cache instead of training, and its table is the first sweep's seed-0 table
+    finished = [j for j in jobs_file["jobs"] if j["status"] == "finished"]
+    assert [j["training"]["agreement"]["reused"] for j in finished] == [False, False]
+    assert len([p for p in (tmp_path / ".cache" / "train").iterdir() if not p.name.startswith(".")]) == 2
+    again = [o for o in overrides if not o.startswith(("seed=", "hydra.sweep.dir="))]
+    done = subprocess.run(
+        [sys.executable, "-c", wrapper, "pipelines.study", "-m", "hydra/launcher=basic", "seed=0", *again,
+         f"hydra.sweep.dir={tmp_path / 'multirun-again'}"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (job,) = json.loads(sweep_paths.sweep_jobs.read_text())["jobs"]
+    assert job["training"]["agreement"] == {**finished[0]["training"]["agreement"], "reused": True}
+    table = "multirun-again/0/" + str(StudyPaths.from_config(PATHS).correlations("agreement"))
+    first = "multirun/0/" + str(StudyPaths.from_config(PATHS).correlations("agreement"))
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / table), pd.read_parquet(tmp_path / first))
 
 
 @pytest.mark.slow
@@ -341,3 +358,56 @@ def test_the_cluster_code_path_runs_through_submitit_local(tmp_path):
     sweep = StudyPaths.from_config(PATHS, root=tmp_path)
     assert json.loads(sweep.sweep_jobs.read_text())["seeds"] == [0]
     assert set(pd.read_csv(sweep.sweep)["method"]) == {"raw", "rollout"}
+
+
+@pytest.mark.slow
+def test_a_signal_to_a_local_sweep_ends_its_job_processes_too(tmp_path):
+    """`kill PID` of a sweep on the joblib launcher (two jobs at once): the parent passes SIGTERM on
+    to its job processes, which record it and end, instead of running their jobs on unseen."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parents[2]
+    overrides = [
+        "seed=0,1", "tasks=[agreement]", f"data.mirrors=[{root.parent / 'shared' / 'data'}]",
+        "task.agreement.data.urls=[]", "task.agreement.model.n_layer=1", "task.agreement.model.n_head=2",
+        "task.agreement.model.n_embd=16", "task.agreement.train.max_epochs=50", "trainer.progress_bar=false",
+        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", f"hydra.sweep.dir={tmp_path / 'multirun'}",
+        "hydra.launcher.n_jobs=2", "~hydra.callbacks.reuse",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.study", "-m", *overrides], cwd=tmp_path, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+
+    def group() -> set[int]:
+        members = set()
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                if int(stat.read_text().rsplit(")", 1)[1].split()[3]) == sweep.pid:
+                    members.add(int(stat.parent.name))
+            except (OSError, IndexError, ValueError):
+                continue
+        return members
+
+    try:
+        deadline = time.monotonic() + 300
+        while not all((tmp_path / "multirun" / j / "provenance.json").is_file() for j in "01"):
+            assert sweep.poll() is None and time.monotonic() < deadline, "the jobs did not start"
+            time.sleep(1)
+        time.sleep(3)
+        os.kill(sweep.pid, signal.SIGTERM)  # the parent alone, as `pkill -f pipelines.study` would
+        assert sweep.wait(timeout=60) == 128 + signal.SIGTERM
+        deadline = time.monotonic() + 60
+        while group() and time.monotonic() < deadline:
+            time.sleep(1)
+        assert not group(), "job processes outlived the sweep"
+        for job in "01":
+            assert "SystemExit: 143" in (tmp_path / "multirun" / job / "error.txt").read_text()
+    finally:
+        with __import__("contextlib").suppress(ProcessLookupError):
+            os.killpg(sweep.pid, signal.SIGKILL)

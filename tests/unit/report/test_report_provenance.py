@@ -73,3 +73,20 @@ def test_same_code_under_another_commit_is_pooled_and_both_commits_named(tmp_pat
     assert f"| Tables 1-3 and every per-task section | this run | {'a' * 12} |" in section
     assert f"| Seeds (pooled) | sweep job 0 (seed 1) | {'c' * 12} |" in section
     assert "## Seeds" in md
+
+
+def test_trainings_taken_from_the_stage_cache_are_named_with_the_commit_that_ran_them(
+    tmp_path, make_stage_outputs
+):
+    make_stage_outputs(tmp_path, tasks=("agreement",))
+    paths = _sweep(tmp_path, MAIN)
+    jobs = json.loads(paths.sweep_jobs.read_text())
+    taken = {"key": "k", "reused": True, "trained_by": "c" * 40}
+    jobs["jobs"][0]["training"] = {"agreement": taken, "sst2": {**taken, "reused": False}}
+    paths.sweep_jobs.write_text(json.dumps(jobs))
+    section = _build(tmp_path).markdown.split("## Provenance", 1)[1]
+    assert "stage cache (a run of the same training code files, data, params and machine" in section
+    assert f"sweep job 0 (seed 1): agreement trained by {'c' * 12}." in section
+    jobs["jobs"][0]["training"] = {"agreement": {**taken, "reused": False}}
+    paths.sweep_jobs.write_text(json.dumps(jobs))
+    assert "stage cache" not in _build(tmp_path).markdown  # trained by the job itself: nothing to say

@@ -4,7 +4,9 @@ out of every seed table and named in the report (``report.allow_mixed_code`` poo
 
 This run's code is the checkout the report stage runs in: ``dvc repro`` re-runs every stage whose
 declared code changed, so after it the task stages' outputs come from that code. A sweep job's code
-is the ``provenance.json`` it wrote when it started (:func:`attnflow.sweep.code_state`).
+is the ``provenance.json`` it wrote when it started (:func:`attnflow.sweep.code_state`). A job may
+take its training from the sweep's stage cache (a training of the same code files, data, params and
+machine, see ``pipelines/study.py``); the section names those trainings and the commit that ran them.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from ..context import Context, get
 from ..document import Heading, Paragraph, Table
 from ..tables import Grid
 
-__all__ = ["left_out", "pooled_conflicts", "section"]
+__all__ = ["left_out", "pooled_conflicts", "reused_trainings", "section"]
 
 MAIN = "this run"
 
@@ -73,6 +75,23 @@ def pooled_conflicts(ctx: Context) -> list[str]:
     return mixed_code(seed_runs(ctx))
 
 
+def reused_trainings(jobs: list[dict[str, Any]]) -> list[str]:
+    """One line per finished job that took a training from the stage cache: its tasks and the commit
+    that trained each ("sweep job 0 (seed 1): agreement, sst2 trained by abc123def456")."""
+    lines = []
+    for job in _finished(jobs):
+        taken = {
+            t: r for t, r in (job.get("training") or {}).items() if isinstance(r, dict) and r.get("reused")
+        }
+        by = {}
+        for task, record in taken.items():
+            by.setdefault((record.get("trained_by") or "an unrecorded commit")[:12], []).append(task)
+        parts = [f"{', '.join(tasks)} trained by {commit}" for commit, tasks in by.items()]
+        if parts:
+            lines.append(f"sweep job {job['job']} (seed {job.get('seed')}): {'; '.join(parts)}")
+    return lines
+
+
 def section(ctx: Context) -> None:
     ctx.add(Heading("Provenance", 2))
     rows = [["Tables 1-3 and every per-task section", MAIN, _label(ctx.code)]]
@@ -95,6 +114,13 @@ def section(ctx: Context) -> None:
         ),
         Table(Grid(header=["table", "run", "commit"], rows=rows, caption="Code behind each table")),
     )
+    if reused := reused_trainings(ctx.sweep_jobs):
+        ctx.add(
+            Paragraph(
+                "Trainings taken from the sweep's stage cache (a run of the same training code files, "
+                "data, params and machine; the job ran every later stage): " + "; ".join(reused) + "."
+            )
+        )
     if ctx.left_out:
         why = "; ".join(line for lines in ctx.left_out.values() for line in lines)
         ctx.add(

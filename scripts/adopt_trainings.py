@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("sweep", type=Path, help="a sweep folder (multirun/<study>/<time>)")
     parser.add_argument("--cache", type=Path, default=ROOT / ".cache" / "train", help="the stage cache")
     args = parser.parse_args(argv)
+    if not args.sweep.is_dir():
+        parser.error(f"{args.sweep}: not a folder (a sweep folder: multirun/<study>/<time>)")
     jobs = sorted((p for p in args.sweep.iterdir() if (p / "params.yaml").is_file()), key=lambda p: p.name)
     if not jobs:
         parser.error(f"{args.sweep}: no job folder (with params.yaml) in it")

@@ -73,3 +73,16 @@ def test_a_training_whose_key_would_not_be_true_is_refused(tmp_path, job, why):
     out = adopt_trainings.adopt(_job(tmp_path / "0", **job), tmp_path / "cache")
     assert len(out) == 1 and out[0][1].startswith("refused") and why in out[0][1]
     assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("folder", ["absent", "empty"])
+def test_a_folder_that_is_not_a_sweep_is_named_and_nothing_is_stored(tmp_path, capsys, folder):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit) as exit_:
+        adopt_trainings.main([str(tmp_path / folder), "--cache", str(tmp_path / "cache")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path / folder) in err and (
+        "not a folder" in err if folder == "absent" else "no job folder" in err
+    )
+    assert not (tmp_path / "cache").exists()

@@ -49,6 +49,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow
 
 import attnflow.explain as lib
+from attnflow import stage_cache
 from attnflow.explain._maxflow import _threads
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -437,18 +438,19 @@ def load() -> str:
 
 
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The CPU's name and widest vector extension (/proc/cpuinfo): the ratios against scipy depend on
-    it (2026-11-27: batched Table 1 read 218x on an AVX-512 Intel CPU, 382x on an AVX2 AMD EPYC,
-    all pairs 3.59 s and 9.7 s), so every run names it. "unknown" where there is no cpuinfo."""
+    """The CPU's name (as the stage cache keys it) and widest vector extension (/proc/cpuinfo): the
+    ratios against scipy depend on it (2026-11-27: batched Table 1 read 218x on an AVX-512 Intel CPU,
+    382x on an AVX2 AMD EPYC, all pairs 3.59 s and 9.7 s), so every run names it. "unknown" where
+    there is no cpuinfo."""
     try:
         text = cpuinfo.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return "unknown"
-    first = text.split("\n\n", 1)[0]  # the first processor's block: every CPU of a machine is alike
-    info = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first.splitlines())}
-    flags = set(info.get("flags", "").split())
+    flags = set(
+        next((ln.partition(":")[2] for ln in text.splitlines() if ln.startswith("flags")), "").split()
+    )
     vector = next((f.upper() for f in ("avx512f", "avx2", "avx", "sse2") if f in flags), "no SIMD flag")
-    return f"{info.get('model name', 'unknown')} ({vector})"
+    return f"{stage_cache.cpu_model(cpuinfo) or 'unknown'} ({vector})"
 
 
 def uptime() -> str:

@@ -1,7 +1,8 @@
 """The whole study as one Hydra app, for sweeps: ``python -m pipelines.study -m seed=0,1,2``.
 
 Each job runs every stage in its own folder (``multirun/<study>/<job number>/``), logs to the shared
-MLflow store, and writes the same files as ``dvc repro`` below that folder. When the sweep ends,
+MLflow store (created, with the study's experiment, by the sweep before its jobs start:
+:func:`open_store`), and writes the same files as ``dvc repro`` below that folder. When the sweep ends,
 :class:`AggregateSeeds` stacks the correlation tables of the jobs that finished into
 ``reports/sweep/correlations.csv`` (columns ``seed`` and ``commit`` added) and lists every job, failed
 ones with their error, with the code that ran it (``provenance.json``: commit, dirty flag, digest of
@@ -58,10 +59,38 @@ def localize(cfg: DictConfig) -> DictConfig:
     """Make the paths that must be shared across jobs absolute (mirrors, the sqlite MLflow store)."""
     cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     cfg.data.mirrors = [to_absolute_path(m) for m in cfg.data.mirrors]
-    uri = cfg.tracking.uri
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        cfg.tracking.uri = "sqlite:///" + to_absolute_path(uri[len("sqlite:///") :])
+    cfg.tracking.uri = _shared_uri(cfg.tracking.uri)
     return _config.validate(cfg)
+
+
+def _shared_uri(uri: str) -> str:
+    """A relative sqlite store made absolute from where the sweep starts (jobs run in their folders)."""
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return "sqlite:///" + to_absolute_path(uri[len("sqlite:///") :])
+    return uri
+
+
+def open_store(config: DictConfig) -> None:
+    """Before the jobs start: create the MLflow store and the study's experiment once, in the sweep's
+    process. Jobs started together on a new sqlite store both run its schema migration, and one
+    fails (alembic: "expected to match one row ... 0 found"); two that find no experiment both
+    create it, and one fails. A server that does not answer ends the sweep here, in one line."""
+    from attnflow.tracking.runs import TrackingUnavailable, probe, tracking_uri
+
+    track = config.get("tracking")
+    if track is None or not track.enabled:
+        return
+    uri = tracking_uri(_shared_uri(track.uri))
+    try:
+        probe(uri)
+    except TrackingUnavailable as exc:
+        sys.exit(f"error: {exc}")
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    name = track.experiment or config.study
+    if client.get_experiment_by_name(name) is None:
+        client.create_experiment(name)
 
 
 def run(cfg: DictConfig) -> None:
@@ -191,6 +220,7 @@ class AggregateSeeds(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._check_names(config)
         _refuse_used_folder(config.hydra.sweep.dir, "hydra.sweep.dir")
+        open_store(config)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from attnflow.paths import StudyPaths

@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
@@ -30,7 +29,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ENTRY_FILE", "PACKAGES", "input_files", "machine", "restore", "stage_key", "store"]
+from attnflow.io import umask_modes
+
+__all__ = ["ENTRY_FILE", "PACKAGES", "cpu_model", "input_files", "machine", "restore", "stage_key", "store"]
 
 ENTRY_FILE = "entry.json"  # in each entry; written last, so its presence means the entry is whole
 PACKAGES = ("torch", "pytorch-lightning", "lightning", "transformers", "numpy")  # whose versions key an entry
@@ -71,9 +72,11 @@ def stage_key(inputs: Mapping[str, str | Path], params: Mapping[str, Any], machi
     return h.hexdigest()
 
 
-def _cpu_model() -> str | None:
+def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
+    """The CPU's model name: the first ``model name`` line of ``cpuinfo``, else what Python's
+    ``platform`` says, else None."""
     try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
             for line in f:
                 if line.startswith("model name"):
                     return line.split(":", 1)[1].strip()
@@ -96,7 +99,7 @@ def machine(packages: Iterable[str] = PACKAGES) -> dict[str, Any]:
     return {
         "python": platform.python_version(),
         "packages": versions,
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "arch": platform.machine(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
@@ -108,19 +111,17 @@ def _copy(src: Path, dst: Path) -> None:
     already at ``dst`` is replaced)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
+    staged = tmp / "x"
     try:
         if src.is_dir():
-            staged = tmp / "x"
             shutil.copytree(src, staged)
             if dst.is_dir() and not dst.is_symlink():
                 shutil.rmtree(dst)
             elif dst.exists() or dst.is_symlink():
                 dst.unlink()
-            os.replace(staged, dst)
         else:
-            staged = tmp / "x"
             shutil.copyfile(src, staged)
-            os.replace(staged, dst)
+        os.replace(staged, dst)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -149,7 +150,7 @@ def store(cache: str | Path, key: str, outputs: Mapping[str, str | Path], record
         (staging / ENTRY_FILE).write_text(
             json.dumps({**record, **stamp}, indent=1, default=str), encoding="utf-8"
         )
-        os.chmod(staging, 0o755)  # mkdtemp makes it 0700
+        umask_modes(staging)  # mkdtemp makes it 0700
         if entry.exists():  # a half-written entry of a killed writer (no entry.json): replace it
             shutil.rmtree(entry)
         os.replace(staging, entry)
@@ -175,7 +176,3 @@ def restore(cache: str | Path, key: str, targets: Mapping[str, str | Path]) -> d
     for name, where in targets.items():
         _copy(entry / name, Path(where))
     return record
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit("attnflow.stage_cache is a library module; sweeps use it (python -m pipelines.study)")

@@ -59,7 +59,9 @@ def bert(tmp_path_factory) -> Path:
 HOSTILE_TERMINAL = "good \x1b]0;pwned\x07 movie \x1b[2J\x1b[31m bad\r\x9b"
 
 
-@pytest.mark.parametrize("run", [run_cli, _process], ids=["main", "process"])
+@pytest.mark.parametrize(
+    "run", [run_cli, pytest.param(_process, marks=pytest.mark.slow)], ids=["main", "process"]
+)  # the real entry point in the long tier
 def test_control_characters_of_a_text_are_printed_escaped(bert, run):
     proc = _explain(bert, "--text", HOSTILE_TERMINAL, run=run)
     assert proc.returncode == 0, proc.stderr

@@ -76,6 +76,7 @@ def mlflow_server(tmp_path):
         yield url
 
 
+@pytest.mark.slow  # the long tier: keeps the default one under 5 minutes
 def test_stage_run_over_http_reads_back_params_metrics_tags(mlflow_server, tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)  # the env var wins over the config
     dep = tmp_path / "input.txt"

@@ -60,6 +60,7 @@ def _kernelspec(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow  # the long tier: keeps the default one under 5 minutes
 def test_explore_notebook_runs_on_stage_outputs(tmp_path, monkeypatch):
     pytest.importorskip("ipykernel")
     _fake_outputs(tmp_path)
@@ -83,6 +84,7 @@ def test_explore_notebook_runs_on_stage_outputs(tmp_path, monkeypatch):
 QUICKSTART = ROOT / "notebooks" / "quickstart.ipynb"
 
 
+@pytest.mark.slow  # the long tier: keeps the default one under 5 minutes
 def test_quickstart_notebook_is_committed_with_its_outputs_and_runs_again(tmp_path, monkeypatch):
     """The library notebook: committed executed (every code cell has outputs, the heatmap is a PNG,
     the explanation an interactive page) and it runs top to bottom again here, offline."""

@@ -202,6 +202,7 @@ def test_group_choices_reads_protocol_recipe_and_switch_back_from_the_values():
     }
 
 
+@pytest.mark.slow  # the long tier: keeps the default one under 5 minutes
 def test_a_registered_model_version_carries_seed_config_hash_accuracy_and_a_description(config, tmp_path):
     vocab = Vocab.build([["the", "dog", "dogs", "barks"]])
     torch.manual_seed(0)

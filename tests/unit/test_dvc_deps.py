@@ -62,6 +62,7 @@ def test_committed_dvc_yaml_is_what_the_generator_writes(monkeypatch):
     assert code == 0
 
 
+@pytest.mark.slow  # the long tier: keeps the default one under 5 minutes
 def test_no_code_dep_is_broader_than_the_import_closure():
     """A stage lists a module only if its script can import it (non-code deps aside)."""
     for stage, deps in _stages().items():
@@ -144,6 +145,7 @@ def test_a_facts_reader_follows_only_what_importing_runs(tmp_path):
     assert dvc_deps.imports(mod, tmp_path, at_import=True) == {"attnflow", "attnflow.light"}
 
 
+@pytest.mark.slow  # the long tier: keeps the default one under 5 minutes
 def test_reading_the_records_facts_runs_no_method():
     """What capture does with the records (method_inputs.needed_inputs) imports no solver, AttnLRP
     or figure code; and method_inputs reads facts only (no `.function` / `.per_head` / `.generator`)."""

@@ -18,7 +18,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 # and public names imported lazily by string: it imports nothing of attnflow statically).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("attnflow", "options", "_extras", "io", "paths", "batches", "devices", "modes", "explanation_file"),
-    ("data", "metrics", "viz", "sweep"),
+    ("data", "metrics", "viz", "sweep", "stage_cache"),
     ("models", "display"),
     ("lrp", "tasks", "tracking"),
     ("bridge",),  # model -> tensors: below every method and every API

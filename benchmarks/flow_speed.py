@@ -546,9 +546,10 @@ def main() -> None:
             f"{r['figure']:<78} {fmt(r['ours']):>9} {r['unit']:<10} {r['baseline']:<20} {fmt(r['base']):>9} "
             f"{ratio:>9} {met:>6}  {r['note']}"
         )
-    print(
-        f"\n  targets {'met' if result['targets_met'] else 'NOT met'}: {sum(r['met'] for r in checks)} of {len(checks)} met"
-    )
+    missed = [r["figure"] for r in checks if not r["met"]]
+    print(f"\n  targets met: {len(checks) - len(missed)} of {len(checks)}")
+    for figure in missed:
+        print(f"  NOT met: {figure}")
 
 
 if __name__ == "__main__":

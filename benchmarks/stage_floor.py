@@ -104,8 +104,19 @@ def llama_input_gradient_flops(tokens: int, cfg: dict) -> int:
 
 def ragged_lengths(path: Path, name: str) -> np.ndarray:
     """The last axis of each sample's array `name` in a ragged safetensors file (the token count)."""
-    shapes = load_file(str(path))[f"{name}.shapes"]
-    return shapes[:, -1].astype(np.int64)
+    tensors = load_file(str(_needed(path)))
+    if f"{name}.shapes" not in tensors:
+        raise SystemExit(f"{path}: no array {name!r} (keys: {', '.join(sorted(tensors))})")
+    return tensors[f"{name}.shapes"][:, -1].astype(np.int64)
+
+
+def _needed(path: Path) -> Path:
+    """`path`, or exit with one line saying which stage output is missing and how to make it."""
+    if not path.is_file():
+        raise SystemExit(
+            f"{path} is missing: run the study first (`dvc repro`, or `dvc checkout` from its cache)"
+        )
+    return path
 
 
 def product_rate(m: int, k: int, n: int) -> float:
@@ -133,8 +144,8 @@ def main() -> None:
     parser.add_argument("--outputs", type=Path, default=ROOT / "outputs")
     args = parser.parse_args()
     params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
-    enc = json.loads((ROOT / "models" / "sst2" / "model" / "config.json").read_text(encoding="utf-8"))
-    lm = json.loads((ROOT / "models" / "lm" / "config.json").read_text(encoding="utf-8"))
+    enc = json.loads(_needed(ROOT / "models" / "sst2" / "model" / "config.json").read_text(encoding="utf-8"))
+    lm = json.loads(_needed(ROOT / "models" / "lm" / "config.json").read_text(encoding="utf-8"))
     shape = enc["hidden_size"], enc["intermediate_size"], enc["num_hidden_layers"]
 
     sst2 = ragged_lengths(args.outputs / "attribute" / "sst2" / "importance.safetensors", "blank_out")
@@ -168,7 +179,7 @@ def main() -> None:
         for dims in shapes:
             rates[dims] = max(rates[dims], product_rate(*dims))
     square = rates[(2048, 2048, 2048)]
-    times = stage_seconds(ROOT / "reports" / "stage_times.csv")
+    times = stage_seconds(_needed(ROOT / "reports" / "stage_times.csv"))
     non_training = sum(s for (stage, _), s in times.items() if stage != "train")
 
     best = max(rates.values())  # any shape's: a floor for any batching of the same products

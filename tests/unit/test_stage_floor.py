@@ -72,3 +72,17 @@ def test_lengths_are_read_from_a_ragged_file(floor, tmp_path):
     path = tmp_path / "maps.safetensors"
     save_ragged(path, {"blank_out": [np.zeros(3), np.zeros(5)]})
     assert floor.ragged_lengths(path, "blank_out").tolist() == [3, 5]
+
+
+def test_a_missing_stage_output_is_named_in_one_line(floor, tmp_path):
+    with pytest.raises(SystemExit, match=r"absent\.safetensors is missing: run the study first"):
+        floor.ragged_lengths(tmp_path / "absent.safetensors", "blank_out")
+
+
+def test_a_missing_array_is_named_with_the_keys_there(floor, tmp_path):
+    from attnflow.io import save_ragged
+
+    path = tmp_path / "maps.safetensors"
+    save_ragged(path, {"flow": [np.zeros(3)]})
+    with pytest.raises(SystemExit, match=r"no array 'blank_out' \(keys: flow\.data, flow\.shapes"):
+        floor.ragged_lengths(path, "blank_out")

@@ -7,7 +7,7 @@ unchanged to 1e-6. Three workloads of those stages are matrix products through a
 their count of floating-point operations is fixed by what the study computes, whatever the code:
 
 1. blank-out of the configured run (`attribute@sst2`; Tables 1-3 read it): one forward of every
-   SST-2 sentence with each token but CLS blanked, lengths from
+   SST-2 sentence with each token blanked but [SEP] (and CLS under `skip_cls`), lengths from
    outputs/attribute/sst2/importance.safetensors, the encoder's shape from models/sst2/model;
 2. blank-out under the two switches that need a model pass (`attribute@sst2`, the sensitivity
    table), on the `attribution.switch_samples` sentences of outputs/attribute/sst2/switches.safetensors;
@@ -40,9 +40,12 @@ import torch
 import yaml
 from safetensors.numpy import load_file
 
+from attnflow.attribution.samples import BLANK_POSITIONS
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "stage_floor.json"
 GOAL_S = 300.0  # issue 36: the non-training stages of `dvc repro`, 2 cores
+END_MARKERS = 1  # MiniLM's [SEP]: never blanked (attnflow.models.encoders: end_positions)
 REPEATS = 5  # timed products per shape and round
 ROUNDS = 4  # rounds over the shapes, interleaved; each shape's best round counts (a shared machine)
 
@@ -154,15 +157,20 @@ def main() -> None:
         args.outputs / "explain" / "pronouns" / "maps.safetensors", "integrated_gradients"
     )
     steps = int(params["pronouns"]["ig_steps"])
+    attribution = params["attribution"]
+    # copies per sentence: its tokens less the never-blanked ones (the configured positions and the
+    # end marker, [SEP], as `method_options` skips them); the switches keep the configured positions
+    kept = len(BLANK_POSITIONS[attribution["blank_positions"]]) + END_MARKERS
+    rows = attribution["batch_size"]  # copies per forward
 
     work = {  # name: (FLOPs, the product shape that dominates it: rows, in, out)
         "blank-out, configured (Tables 1-3)": (
-            sum((t - 1) * encoder_forward_flops(int(t), *shape) for t in sst2),
-            (256 * int(sst2.mean()), enc["hidden_size"], enc["intermediate_size"]),
+            sum((t - kept) * encoder_forward_flops(int(t), *shape) for t in sst2),
+            (rows * int(sst2.mean()), enc["hidden_size"], enc["intermediate_size"]),
         ),
         f"blank-out, 2 switches x {len(switched)} sentences": (
-            2 * sum(t * encoder_forward_flops(int(t), *shape) for t in switched),
-            (256 * int(switched.mean()), enc["hidden_size"], enc["intermediate_size"]),
+            2 * sum((t - kept) * encoder_forward_flops(int(t), *shape) for t in switched),
+            (rows * int(switched.mean()), enc["hidden_size"], enc["intermediate_size"]),
         ),
         f"integrated gradients, {steps} points x {len(pronouns)} sentences": (
             steps * sum(llama_input_gradient_flops(int(t), lm) for t in pronouns),

@@ -1,6 +1,6 @@
 """The least time this machine needs for the study's model arithmetic, against the 5-minute goal.
 
-    python benchmarks/stage_floor.py       # ~1 min: reads the last run's outputs, times float32 products
+    python benchmarks/stage_floor.py       # ~10 s: reads the last run's outputs, times float32 products
 
 Issue 36 asks for the non-training stages of `dvc repro` in <= 300 s on 2 cores, Tables 1-3
 unchanged to 1e-6. Three workloads of those stages are matrix products through a model, and
@@ -29,7 +29,6 @@ Writes benchmarks/results/stage_floor.json.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import time
@@ -41,6 +40,8 @@ import yaml
 from safetensors.numpy import load_file
 
 from attnflow.attribution.samples import BLANK_POSITIONS
+from attnflow.io import write_json
+from attnflow.report.stage_times import read_table, totals
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "stage_floor.json"
@@ -80,8 +81,7 @@ def llama_forward_flops(tokens: int, cfg: dict, *, output_rows: int = 1) -> int:
     64
     """
     h, f, n_layers = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
-    head_dim = cfg.get("head_dim") or h // cfg["num_attention_heads"]
-    q, kv = cfg["num_attention_heads"] * head_dim, cfg["num_key_value_heads"] * head_dim
+    q, kv = _llama_widths(cfg)
     t = tokens
     per_layer = 2 * t * (2 * h * q + 2 * h * kv + 3 * h * f) + 4 * t * t * q
     return n_layers * per_layer + 2 * output_rows * h * cfg["vocab_size"]
@@ -100,9 +100,14 @@ def llama_input_gradient_flops(tokens: int, cfg: dict) -> int:
     >>> llama_input_gradient_flops(1, cfg)  # 2*64 + 4*1*2
     136
     """
-    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-    q = cfg["num_attention_heads"] * head_dim
+    q, _ = _llama_widths(cfg)
     return 2 * llama_forward_flops(tokens, cfg) + cfg["num_hidden_layers"] * 4 * tokens * tokens * q
+
+
+def _llama_widths(cfg: dict) -> tuple[int, int]:
+    """(q, kv): the widths of the queries and of the keys (values) of a Llama config."""
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    return cfg["num_attention_heads"] * head_dim, cfg["num_key_value_heads"] * head_dim
 
 
 def ragged_lengths(path: Path, name: str) -> np.ndarray:
@@ -136,12 +141,6 @@ def product_rate(m: int, k: int, n: int) -> float:
     return 2 * m * k * n / best
 
 
-def stage_seconds(path: Path) -> dict[tuple[str, str], float]:
-    """{(stage, task): seconds} of reports/stage_times.csv (task '' for the once-per-study stages)."""
-    with path.open(encoding="utf-8", newline="") as fh:
-        return {(r["stage"], r["task"]): float(r["seconds"]) for r in csv.DictReader(fh)}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--outputs", type=Path, default=ROOT / "outputs")
@@ -161,16 +160,16 @@ def main() -> None:
     # copies per sentence: its tokens less the never-blanked ones (the configured positions and the
     # end marker, [SEP], as `method_options` skips them); the switches keep the configured positions
     kept = len(BLANK_POSITIONS[attribution["blank_positions"]]) + END_MARKERS
-    rows = attribution["batch_size"]  # copies per forward
+    per_forward = attribution["batch_size"]  # copies per forward
 
     work = {  # name: (FLOPs, the product shape that dominates it: rows, in, out)
         "blank-out, configured (Tables 1-3)": (
             sum((t - kept) * encoder_forward_flops(int(t), *shape) for t in sst2),
-            (rows * int(sst2.mean()), enc["hidden_size"], enc["intermediate_size"]),
+            (per_forward * int(sst2.mean()), enc["hidden_size"], enc["intermediate_size"]),
         ),
         f"blank-out, 2 switches x {len(switched)} sentences": (
             2 * sum((t - kept) * encoder_forward_flops(int(t), *shape) for t in switched),
-            (rows * int(switched.mean()), enc["hidden_size"], enc["intermediate_size"]),
+            (per_forward * int(switched.mean()), enc["hidden_size"], enc["intermediate_size"]),
         ),
         f"integrated gradients, {steps} points x {len(pronouns)} sentences": (
             steps * sum(llama_input_gradient_flops(int(t), lm) for t in pronouns),
@@ -187,8 +186,8 @@ def main() -> None:
         for dims in shapes:
             rates[dims] = max(rates[dims], product_rate(*dims))
     square = rates[(2048, 2048, 2048)]
-    times = stage_seconds(_needed(ROOT / "reports" / "stage_times.csv"))
-    non_training = sum(s for (stage, _), s in times.items() if stage != "train")
+    table = read_table(_needed(ROOT / "reports" / "stage_times.csv"))
+    times = {(r.stage, r.task): float(r.seconds) for r in table.itertuples()}
 
     best = max(rates.values())  # any shape's: a floor for any batching of the same products
     rows, total, total_best = [], 0.0, 0.0
@@ -212,11 +211,10 @@ def main() -> None:
         f"floor of these three: {total:.1f} s at their shapes, {total_best:.1f} s at the best rate, "
         f"of the {GOAL_S:.0f} s goal ({total / GOAL_S:.0%}, {total_best / GOAL_S:.0%})"
     )
-    others = non_training - (attribute or 0.0) - (pron or 0.0)
+    others = totals(table)["non-training"] - (attribute or 0.0) - (pron or 0.0)
     print(
         f"last dvc repro: attribute@sst2 {attribute} s, pronouns {pron} s; the other non-training stages {others:.1f} s"
     )
-    OUT.parent.mkdir(parents=True, exist_ok=True)
     result = dict(
         rows=rows,
         floor_s=total,
@@ -228,9 +226,7 @@ def main() -> None:
         load=os.getloadavg(),
         stage_seconds={"attribute@sst2": attribute, "pronouns": pron, "other_non_training": others},
     )
-    tmp = OUT.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(OUT)
+    write_json(OUT, result)
     print(f"wrote {OUT.relative_to(ROOT)}")
 
 

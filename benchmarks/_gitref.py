@@ -1,19 +1,4 @@
-"""attnflow.explain as it is at a git commit, imported under another name: the benchmarks' baseline.
-
-    lib = explain_at("HEAD")        # the last commit (the previous release of the working tree)
-    lib = explain_at("8cf0116")     # before the speed work
-    lib.attention_flow(attn, sources=[0])
-
-`git archive <ref> src/attnflow/explain` is unpacked once into benchmarks/.cache/ref/<commit>/
-(ignored by git) as the package ``attnflow_<commit>``, next to today's ``attnflow``. A ref from
-before the compiled kernels (issue 31) needs numba installed; its kernels are compiled on its first
-run and cached there. A ref with the compiled kernels cannot be imported this way (its extension is
-built by pip, not archived): compare against such a ref by installing it in its own venv. The baseline is the
-committed code itself, never a copy kept in the tree. Its modules use relative imports for each
-other; the few absolute imports (``attnflow.method_inputs`` in the registry) reach today's package,
-which the baseline's flow / rollout / heads / raw / rows never touch.
-
-A ref with the compiled kernels is built whole instead:
+"""attnflow at a git commit, built whole into its own folder: the benchmarks' baseline.
 
     site = build_at("f826a27")      # benchmarks/.cache/site/<commit>: that ref's attnflow, kernels compiled
     # then, in a fresh process (pybind11 refuses a second build of the same module in one process):
@@ -27,29 +12,18 @@ pip's build requirements: scikit-build-core, pybind11, cmake, ninja). The build 
 
 from __future__ import annotations
 
-import importlib
 import io
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
-import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CACHE = ROOT / "benchmarks" / ".cache" / "ref"
 SITES = ROOT / "benchmarks" / ".cache" / "site"
 # what `pip install` of a revision needs: the package, the kernels' sources and build, the metadata
 BUILD_PATHS = ("src/attnflow", "src/cpp", "CMakeLists.txt", "pyproject.toml", "README.md", "LICENSE")
-# The public functions the benchmarks call, by module of attnflow.explain.
-FUNCTIONS = {
-    "flow": ["attention_flow"],
-    "rollout": ["attention_rollout"],
-    "heads": ["head_flow", "head_rollout"],
-    "raw": ["raw_attention"],
-    "rows": ["select_rows"],
-}
 
 
 def commit_of(ref: str) -> str:
@@ -70,44 +44,6 @@ def unknown_ref(ref: str) -> str | None:
     except subprocess.CalledProcessError:
         return f"--ref-rev {ref!r}: not a commit of this repository"
     return None
-
-
-def unpack(commit: str) -> Path:
-    """src/attnflow/explain at `commit`, as the package attnflow_<commit[:12]> under CACHE/<commit>."""
-    name = f"attnflow_{commit[:12]}"
-    home = CACHE / commit
-    package = home / name
-    if not (package / "__init__.py").exists():
-        tar = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", "--format=tar", commit, "src/attnflow/explain"],
-            capture_output=True,
-            check=True,
-        ).stdout
-        staging = home / "staging"
-        with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
-            archive.extractall(staging, filter="data")
-        package.mkdir(parents=True, exist_ok=True)
-        (staging / "src" / "attnflow" / "explain").rename(package / "explain")
-        shutil.rmtree(staging)
-        (package / "__init__.py").write_text(f'"""attnflow.explain at {commit} (benchmarks/_gitref.py)."""\n')
-    return home
-
-
-def explain_at(ref: str = "HEAD") -> types.SimpleNamespace:
-    """The public explain functions of `ref`, plus `commit` and (where it has one) `warm_up`."""
-    commit = commit_of(ref)
-    home = unpack(commit)
-    if str(home) not in sys.path:
-        sys.path.insert(0, str(home))
-    base = f"attnflow_{commit[:12]}.explain"
-    lib = types.SimpleNamespace(commit=commit, ref=ref, name=base)
-    for module, names in FUNCTIONS.items():
-        mod = importlib.import_module(f"{base}.{module}")
-        for name in names:
-            setattr(lib, name, getattr(mod, name))
-    maxflow = importlib.import_module(f"{base}._maxflow")
-    lib.warm_up = getattr(maxflow, "warm_up", lambda: None)
-    return lib
 
 
 def build_at(ref: str) -> Path:

@@ -7,8 +7,8 @@ from benchmarks/results/.
 Each table sits between ``<!-- benchmarks:NAME -->`` and ``<!-- /benchmarks:NAME -->``: ``flow``
 from ``flow_speed.json`` (every figure as a ratio against the baseline timed in the same run),
 ``cold`` from ``cold_start.json``, ``long`` (docs/long-inputs.md only) from ``long_inputs.json`` and
-``generation`` (the same page) from ``long_generation.json``, ``study_cuda`` (docs/performance.md)
-from ``study_cuda/`` beside reports/stage_times.csv.
+``generation`` (the same page) from ``long_generation.json`` (written by the archived
+``long_generation.py``: results/ARCHIVE.md).
 The numbers are never typed by hand, so the documents say what the last committed run measured.
 """
 
@@ -21,12 +21,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))  # study_cuda, as the other benchmarks import their helpers
 RESULTS = ROOT / "benchmarks" / "results"
 # Each document and the tables it holds.
 DOCUMENTS = {
     ROOT / "README.md": ("flow", "cold"),
-    ROOT / "docs" / "performance.md": ("flow", "cold", "study_cuda"),
+    ROOT / "docs" / "performance.md": ("flow", "cold"),
     ROOT / "docs" / "long-inputs.md": ("long", "generation"),
 }
 
@@ -127,7 +126,7 @@ def generation_table(result: dict) -> str:
     """The long_generation.json run: explain_generation captured vs streamed, by prompt length."""
     meta = result["meta"]
     lines = [
-        f"`python benchmarks/long_generation.py`, {meta['cpus']} CPUs, load average {_load(meta.get('loadavg_start'))} "
+        f"`python benchmarks/long_generation.py` (archived: benchmarks/results/ARCHIVE.md), {meta['cpus']} CPUs, load average {_load(meta.get('loadavg_start'))} "
         f"before / {_load(meta.get('loadavg_end'))} after; a worker past {meta['cap_gb']:g} GB is stopped.",
         "",
         "| SmolLM2-135M, 8 generated tokens, raw + rollout, sinks auto | prompt tokens | seconds | extra peak | process peak |",
@@ -165,16 +164,7 @@ def rendered() -> dict[str, str]:
         "cold": cold_table(read("cold_start.json")),
         "long": long_table(read("long_inputs.json")),
         "generation": generation_table(read("long_generation.json")),
-        "study_cuda": study_cuda_table(),
     }
-
-
-def study_cuda_table() -> str:
-    """The study on a GPU (``study_cuda/``, ``benchmarks/study_cuda.py``) against the CPU stage times of
-    the last ``dvc repro`` (reports/stage_times.csv)."""
-    from study_cuda import compare  # the GPU machine runs study_cuda.py alone: compare lives there
-
-    return compare(RESULTS / "study_cuda" / "study_cuda.csv")
 
 
 def with_tables(text: str, tables: dict[str, str], where: Path) -> str:

@@ -25,7 +25,7 @@ def section(ctx: Context) -> None:
         Paragraph(
             "Each head k at each layer, as in the paper's appendix A.1 (heads 0-based), on a seeded subset "
             f"of the samples (`explain.per_head_samples`): {', '.join(counts)}. "
-            "`python benchmarks/per_head_subset.py` compares the subset's cells with every sample's."
+            "the archived `benchmarks/per_head_subset.py` (benchmarks/results/ARCHIVE.md) compares the subset's cells with every sample's."
         )
     )
     for task, fig in drawn:

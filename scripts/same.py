@@ -1,37 +1,51 @@
-"""Numbers do not move: the capture, every method's maps and the relevance, bit for bit, at two revisions.
+"""Do the numbers move? One command, four questions, each against a git revision.
 
-    python scripts/same_numbers.py                        # HEAD against the working tree
-    python scripts/same_numbers.py --base b7ec204 --new HEAD
-    python scripts/same_numbers.py --keep /tmp/numbers    # keep both sides' .npz files
+    python scripts/same.py numbers                      # capture, maps, relevance: HEAD vs the working tree
+    python scripts/same.py numbers --base b7ec204 --new HEAD --keep /tmp/numbers
+    python scripts/same.py stages --base af3f8bc        # the stage outputs the base's code would write
+    python scripts/same.py tables --base c5222a7        # the committed tables, row for row
+    python scripts/same.py spread --base 4c13413        # seed 0's cells: this run against another's
 
-Each side is built on its own: the base revision is checked out with ``git worktree add`` into a
-temporary folder (removed afterwards; the working tree is copied there as git sees it: tracked and
-untracked files that are not ignored), installed with its compiled max-flow kernels by
+numbers: each side is built on its own: the base revision is checked out with ``git worktree add``
+into a temporary folder (removed afterwards; the working tree is copied there as git sees it:
+tracked and untracked files that are not ignored), installed with its compiled max-flow kernels by
 ``pip install --no-deps --target`` (its own CMakeLists.txt and C++ sources), and the same battery
 runs in a subprocess that imports that copy of attnflow (the editable install's redirect is switched
 off there). Both sides get the same inputs: tiny models with fixed seeds, built once here (a
 BERT-like classifier, also wrapped as the study's SST-2 model is, GPT-2 and Llama from configs,
-saved with save_pretrained) and the study's agreement encoder (AgreementTransformer, seeded); and, when present, the study's trained models on
-their samples (``models/<task>/model`` and ``data/prepared/<task>``: the capture stage's settings,
-the first ``--study-samples`` samples).
-
+saved with save_pretrained) and the study's agreement encoder (AgreementTransformer, seeded); and,
+when present, the study's trained models on their samples (``models/<task>/model`` and
+``data/prepared/<task>``: the capture stage's settings, the first ``--study-samples`` samples).
 The battery (`battery`): the capture (attentions, outputs, attention gradients and LRP relevance
 through `attnflow.bridge.forward`; `attnflow.capture.capture` for the study encoder), every
-attention method of the records on the whole padded batch (every row) and through
-`attnflow.explain.apply` (the explained rows; the authors' CLS conventions; on the decoders every
-sinks x receptive-field option), the per-head variants, and AttnLRP's relevance on the decoders.
+attention method of the records on the whole padded batch and through `attnflow.explain.apply`
+(the explained rows; the authors' CLS conventions; on the decoders every sinks x receptive-field
+option), the per-head variants, and AttnLRP's relevance on the decoders. Prints one line per
+method and exits 1 when an array of the base differs in any bit (dtype, shape or value) or is
+missing from the new side; an array the base could not compute (a new option) is listed as new.
 
-Prints one line per method (arrays, largest absolute difference, identical?) and exits 1 when an
-array of the base differs in any bit (dtype, shape or value) or is missing from the new side. An
-array the base could not compute (a new option) is listed as new and does not fail the check.
-The battery is this file's, run against both sides' attnflow: a base needs the method records and
-`attnflow.explain.apply` (issue 33 onward); an older one computes little, which the counts of
-arrays in the first line show.
+stages: would the code of ``--base`` have written the same files as ``outputs/<stage>/<task>/``
+here (from ``dvc repro`` of the current code)? The trained models, the prepared data and the config
+are held fixed (the base's own ``conf/``, this checkout's ``models/`` and ``data/``), so a difference
+can only come from code. Every array of every .safetensors file and every .parquet table the base
+wrote is compared; exit 1 when anything differs or is missing here (~6 min on 2 cores).
+
+tables: the correlation tables of each task (configured all-heads rows -- Tables 1-3 --, the
+sensitivity variants and the per-head rows apart), the faithfulness and method-agreement tables and
+the sweep's tables, from the working tree and from ``git show <base>:<path>``: rows, equal bit for
+bit, and else the largest difference of a mean. Exit 0.
+
+spread: seed 0's configured raw, rollout and flow cells against those of a commit's run, beside the
+standard deviation of the same cell over the base's seeds (docs/determinism.md: a run on another
+kind of CPU). Exit 0.
+
+Exit 2 when a side could not be built or run.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -45,14 +59,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 0
 ERRORS = "errors.json"  # beside each side's arrays: key -> the message of what raised
+STAGES = ("capture", "explain")
+TASKS = ("agreement", "sst2")
 
 
 # --------------------------------------------------------------------------------------------------
-# Comparison (pure: tested in tests/unit/test_same_numbers.py)
+# Comparison (pure: tested in tests/unit/test_same.py)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -440,7 +457,7 @@ def side(rev: str | None, work: Path, models: Path, samples: int) -> tuple[dict[
         checkout(rev, tree)
         install(tree, site, work / "build")
         env = {**os.environ, "PYTHONPATH": str(site), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        _run([sys.executable, str(Path(__file__).resolve()), "--battery", str(out), "--site", str(site),
+        _run([sys.executable, str(Path(__file__).resolve()), "numbers", "--battery", str(out), "--site", str(site),
               "--models", str(models), "--study-samples", str(samples)], env=env)  # fmt: skip
     finally:
         if rev is not None and tree.exists():
@@ -460,18 +477,8 @@ def use_site(site: Path) -> None:
         raise SystemExit(f"attnflow came from {attnflow.__file__}, not from {site}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python scripts/same_numbers.py", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--base", default="HEAD", help="the revision the numbers must equal (default HEAD)")
-    parser.add_argument("--new", default=None, help="the revision to check (default: the working tree)")
-    parser.add_argument("--study-samples", type=int, default=16, help="samples per trained study model")
-    parser.add_argument("--keep", type=Path, help="keep both sides' arrays in this folder")
-    parser.add_argument("--battery", type=Path, help=argparse.SUPPRESS)  # internal: run one side
-    parser.add_argument("--site", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--models", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+def numbers(args: argparse.Namespace) -> int:
+    """The battery on both sides; 0 when every array of the base is bit-identical on the new side."""
     if args.battery:
         use_site(args.site)
         battery(args.battery, args.models, ROOT, args.study_samples)
@@ -486,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.copytree(tmp / name / "out", args.keep / name, dirs_exist_ok=True)
     except subprocess.CalledProcessError as exc:
         traceback.print_exc()
-        print(f"same_numbers: a side failed to build or run ({exc.cmd[:4]}...)", file=sys.stderr)
+        print(f"same.py numbers: a side failed to build or run ({exc.cmd[:4]}...)", file=sys.stderr)
         return 2
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -507,6 +514,243 @@ def main(argv: list[str] | None = None) -> int:
     for line in differences(base, new):
         print("  " + line)
     return 0 if all(r.identical for r in rows) else 1
+
+
+# --------------------------------------------------------------------------------------------------
+# stages: the base's code on today's models and data
+# --------------------------------------------------------------------------------------------------
+
+# Runs one stage module of the base: its attnflow first on the path (use_site drops the editable
+# finder), then its tree (pipelines/).
+RUNNER = """
+import runpy, sys
+from pathlib import Path
+scripts, site, tree, module = sys.argv[1:5]
+sys.path.insert(0, scripts)
+from same import use_site
+use_site(Path(site))
+sys.path.insert(1, tree)
+sys.argv = [module, *sys.argv[5:]]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+
+
+def build_base(rev: str, work: Path) -> tuple[Path, Path]:
+    """(tree, site): `rev` checked out at work/tree; its attnflow with its compiled kernels in work/site,
+    today's prepared data and trained models linked into the tree."""
+    tree, site = work / "tree", work / "site"
+    tree.mkdir(parents=True)
+    checkout(rev, tree)
+    install(tree, site, work / "build")
+    for shared in ("data", "models"):
+        (tree / shared).symlink_to(ROOT / shared, target_is_directory=True)
+    return tree, site
+
+
+def run_stage(tree: Path, site: Path, stage: str, task: str, work: Path) -> None:
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
+    scripts = str(Path(__file__).resolve().parent)
+    _run(
+        [sys.executable, "-c", RUNNER, scripts, str(site), str(tree), f"pipelines.{stage}", task],
+        cwd=tree,
+        env=env,
+    )
+
+
+def compare_file(old: Path, new: Path) -> tuple[int, list[str]]:
+    """(items compared, the names that differ, each with its largest absolute difference) of one
+    output file."""
+    from safetensors.numpy import load_file
+
+    if not new.exists():
+        return 1, [f"{new} is missing here"]
+    if old.suffix == ".parquet":
+        return 1, [] if pd.read_parquet(old).equals(pd.read_parquet(new)) else ["the table"]
+    if old.suffix == ".safetensors":
+        a, b = load_file(old), load_file(new)
+        bad = [
+            f"{k} (max |d| {f'{max_abs_diff(a[k], b[k]):.1e}' if k in a and k in b else 'missing'})"
+            for k in sorted(set(a) | set(b))
+            if k not in a or k not in b or not bit_identical(a[k], b[k])
+        ]
+        return len(set(a) | set(b)), bad
+    return 1, [] if old.read_bytes() == new.read_bytes() else ["the bytes"]
+
+
+def stages(args: argparse.Namespace) -> int:
+    """Run the base's stages and compare every file they wrote with this checkout's."""
+    work = Path(tempfile.mkdtemp(prefix="same_stage_outputs_"))
+    try:
+        try:
+            tree, site = build_base(args.base, work)
+            for stage in args.stages:  # in pipeline order: explain reads the base's own capture
+                for task in args.tasks:
+                    run_stage(tree, site, stage, task, work)
+        except subprocess.CalledProcessError as exc:
+            print(f"same.py stages: the base failed to build or run: {' '.join(map(str, exc.cmd[:6]))}")
+            return 2
+        items = differ = 0
+        for stage in args.stages:
+            for task in args.tasks:
+                for old in sorted((tree / "outputs" / stage / task).rglob("*")):
+                    if not old.is_file():
+                        continue
+                    here = ROOT / old.relative_to(tree)
+                    n, bad = compare_file(old, here)
+                    items, differ = items + n, differ + len(bad)
+                    print(
+                        f"{here.relative_to(ROOT)}: {n} compared, {len(bad)} differ {bad[:5] if bad else ''}"
+                    )
+        print(f"base {args.base} vs this checkout's outputs: {items} arrays / tables, {differ} differ")
+        return 1 if differ or items == 0 else 0
+    finally:
+        if (work / "tree").exists():
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(work / "tree")], check=False
+            )
+        shutil.rmtree(work, ignore_errors=True)
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], check=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# tables and spread: the committed tables against a commit's
+# --------------------------------------------------------------------------------------------------
+
+
+def read_table(path: str, base: str | None) -> pd.DataFrame | None:
+    """The table at ``path`` in the working tree (base None) or in commit ``base``; None if absent."""
+    if base is None:
+        file = ROOT / path
+        data = file.read_bytes() if file.is_file() else None
+    else:
+        got = subprocess.run(["git", "show", f"{base}:{path}"], cwd=ROOT, capture_output=True)
+        data = got.stdout if got.returncode == 0 else None
+    if data is None:
+        return None
+    table = pd.read_parquet(io.BytesIO(data)) if path.endswith(".parquet") else pd.read_csv(io.BytesIO(data))
+    return table.drop(columns=[c for c in ("commit",) if c in table.columns])
+
+
+def compare_tables(old: pd.DataFrame, new: pd.DataFrame) -> tuple[int, bool, float]:
+    """(rows, equal bit for bit, largest |difference| of ``mean`` where the rows line up, else nan;
+    a mean that is NaN on one side only counts as inf, as in max_abs_diff)."""
+    old, new = old.reset_index(drop=True), new.reset_index(drop=True)
+    if old.equals(new):
+        return len(new), True, 0.0
+    if len(old) != len(new) or "mean" not in new:
+        return len(new), False, float("nan")
+    return len(new), False, max_abs_diff(old["mean"].to_numpy(float), new["mean"].to_numpy(float))
+
+
+def parts(path: str, table: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """A correlation table as its configured all-heads rows (Tables 1-3), its sensitivity variants
+    (``correlate.*`` re-scorings; ``attribution.*`` recomputed importance with its reference) and its
+    per-head rows; other tables whole."""
+    if path.endswith("correlations.parquet") or path.endswith("correlations.csv"):
+        heads = table[table["head"].isna()]
+        variant = heads["variant"].astype(str)
+        return {
+            f"{path} (all heads, configured)": heads[variant == "configured"],
+            f"{path} (correlate.* switches)": heads[variant.str.startswith("correlate.")],
+            f"{path} (attribution.* switches)": heads[
+                ~variant.isin(["configured"]) & ~variant.str.startswith("correlate.")
+            ],
+            f"{path} (per head)": table[table["head"].notna()],
+        }
+    return {path: table}
+
+
+def tables(args: argparse.Namespace) -> int:
+    """Print, per committed table, whether it equals the base's bit for bit."""
+    paths = [f"reports/{t}/{name}" for t in TASKS for name in
+             ("correlations.parquet", "faithfulness.parquet", "method_agreement.parquet")]  # fmt: skip
+    paths += ["reports/sweep/correlations.csv", "reports/sweep/faithfulness.csv"]
+    print(f"| table | rows | bit-identical to {args.base} | largest change of a mean |")
+    print("| --- | --- | --- | --- |")
+    for path in paths:
+        old, new = read_table(path, args.base), read_table(path, None)
+        if old is None or new is None:
+            print(f"| {path} | missing {'at ' + args.base if old is None else 'here'} | | |")
+            continue
+        old_parts = parts(path, old)
+        for name, table in parts(path, new).items():
+            rows, same, diff = compare_tables(old_parts[name], table)
+            print(f"| {name} | {rows} | {'yes' if same else 'no'} | {diff:.2g} |")
+    return 0
+
+
+SPREAD_KEY = ["importance", "method", "layer"]
+SPREAD_METHODS = ("raw", "rollout", "flow")
+
+
+def configured(table: pd.DataFrame) -> pd.DataFrame:
+    """The all-heads rows of the configured variant for raw, rollout and flow."""
+    keep = (table["variant"] == "configured") & table["head"].isna() & table["method"].isin(SPREAD_METHODS)
+    return table[keep]
+
+
+def committed_table(path: str, base: str | None) -> pd.DataFrame:
+    """``read_table``, refusing a table absent from the working tree (base None) or from base."""
+    found = read_table(path, base)
+    if found is None:
+        raise SystemExit(f"{path}: not found {'in the working tree' if base is None else f'at {base}'}")
+    return found
+
+
+def cell_spread(base: str, task: str) -> pd.DataFrame:
+    """Per cell: |now - base| of seed 0's mean, and the sd of the mean over the base's seeds."""
+    now = configured(committed_table(f"reports/{task}/correlations.parquet", None)).set_index(SPREAD_KEY)[
+        "mean"
+    ]
+    then = configured(committed_table(f"reports/{task}/correlations.parquet", base))
+    sweep = committed_table("reports/sweep/correlations.csv", base)
+    seeds = pd.concat(
+        [configured(sweep[sweep["task"] == task])[[*SPREAD_KEY, "mean"]], then[[*SPREAD_KEY, "mean"]]]
+    )
+    out = pd.DataFrame(
+        {
+            "diff": (now - then.set_index(SPREAD_KEY)["mean"]).abs(),
+            "seed_sd": seeds.groupby(SPREAD_KEY)["mean"].std(),
+        }
+    )
+    return out.dropna()
+
+
+def spread(args: argparse.Namespace) -> int:
+    """Seed 0's cells against a commit's run, beside the seed spread."""
+    spreads = {task: cell_spread(args.base, task) for task in TASKS}  # every table read before any line
+    print("| task | cells | median / largest change | median / largest seed sd | cells beyond 2 sd |")
+    print("| --- | --- | --- | --- | --- |")
+    for task, d in spreads.items():
+        print(
+            f"| {task} | {len(d)} | {d['diff'].median():.3f} / {d['diff'].max():.3f} | "
+            f"{d['seed_sd'].median():.3f} / {d['seed_sd'].max():.3f} | {int((d['diff'] > 2 * d['seed_sd']).sum())} |"
+        )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python scripts/same.py", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="question", required=True)
+    p = sub.add_parser("numbers", help="capture, maps and relevance at two revisions, bit for bit")
+    p.add_argument("--base", default="HEAD", help="the revision the numbers must equal (default HEAD)")
+    p.add_argument("--new", default=None, help="the revision to check (default: the working tree)")
+    p.add_argument("--study-samples", type=int, default=16, help="samples per trained study model")
+    p.add_argument("--keep", type=Path, help="keep both sides' arrays in this folder")
+    p.add_argument("--battery", type=Path, help=argparse.SUPPRESS)  # internal: run one side
+    p.add_argument("--site", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--models", type=Path, help=argparse.SUPPRESS)
+    p = sub.add_parser("stages", help="the stage outputs the base's code would write, file by file")
+    p.add_argument("--base", required=True, help="the revision whose code runs the stages")
+    p.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES)
+    p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
+    for name, text in (("tables", "the committed tables against a commit's, row for row"),
+                       ("spread", "seed 0's cells against a commit's run, beside the seed spread")):  # fmt: skip
+        sub.add_parser(name, help=text).add_argument(
+            "--base", required=True, help="the commit to compare with"
+        )
+    args = parser.parse_args(argv)
+    return {"numbers": numbers, "stages": stages, "tables": tables, "spread": spread}[args.question](args)
 
 
 if __name__ == "__main__":

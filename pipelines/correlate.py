@@ -7,7 +7,14 @@ from omegaconf import DictConfig
 from attnflow.attribution.samples import switched_blank_out
 from attnflow.explanation_file import load_head_maps, load_study_maps
 from attnflow.io import align_ids, load_ragged, write_json, write_parquet, write_text
-from attnflow.metrics.tables import CorrelationSettings, configured, curves_frame, metrics_tree, study_frame
+from attnflow.metrics.tables import (
+    CorrelationSettings,
+    configured,
+    curves_frame,
+    metrics_tree,
+    sentence_frame,
+    study_frame,
+)
 from pipelines import _config, _stage
 
 
@@ -25,13 +32,18 @@ def run(cfg: DictConfig, task: str) -> None:
             loaded, own = load_ragged(path, with_ids=True)  # of a seeded subset: attribution.switch_samples
             switch_samples = align_ids(ids, own, what=against, against=str(path), subset=True)
             switched = switched_blank_out(loaded, _config.to_dict(cfg.attribution))
+        settings = CorrelationSettings(opts.spearman, opts.undefined, dict(opts.include_cls))
         table = study_frame(
             maps, importance, methods=methods, task=task, switched_importance=switched, switch_samples=switch_samples,
-            settings=CorrelationSettings(opts.spearman, opts.undefined, dict(opts.include_cls)),
+            settings=settings,
             cls_blanked=cfg.attribution.blank_positions == "all", n_boot=opts.n_boot, ci=opts.ci, seed=cfg.seed,
             heads=heads,
         )  # fmt: skip
         write_parquet(paths.correlations(task), table)
+        sentences = sentence_frame(
+            maps, importance, methods=methods, task=task, settings=settings, sample_ids=ids
+        )
+        write_parquet(paths.sentence_correlations(task), sentences)
         write_json(paths.correlations_metrics(task), metrics_tree(table))
         for kind in importance:
             write_text(paths.curves(task) / f"{kind}.csv", curves_frame(table, kind).to_csv(index=False))

@@ -17,12 +17,13 @@ import sys
 import yaml
 
 from attnflow.io import write_text
+from attnflow.paths import StudyPaths
 from attnflow.report.glance import refresh
 from attnflow.report.stage_times import MARKERS, from_store, markdown, read_table
 from attnflow.tracking import config_hash, tracking_uri
 from pipelines import _config
 
-CSV = _config.ROOT / "reports" / "stage_times.csv"
+CSV = StudyPaths.from_config(_config.load(_config.ROOT / _config.PARAMS).paths, root=_config.ROOT).stage_times
 DOC = _config.ROOT / "docs" / "results.md"
 
 

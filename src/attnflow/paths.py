@@ -127,6 +127,11 @@ class StudyPaths:
         """The results contract: one tidy row per (importance, method, head, layer, variant)."""
         return self.task_reports(task) / "correlations.parquet"
 
+    def sentence_correlations(self, task: str) -> Path:
+        """The configured all-heads correlations per sentence (and each row's entropy): what the
+        claims ledger resamples."""
+        return self.task_reports(task) / "sentences.parquet"
+
     def correlations_metrics(self, task: str) -> Path:
         """The configured variant's means as DVC metrics (derived from the table)."""
         return self.task_reports(task) / "correlations.json"
@@ -181,6 +186,11 @@ class StudyPaths:
         """The pronoun test's maps [layer, token] per method, one per sentence (attnflow.io ragged, by sentence_id)."""
         return self.explain / "pronouns" / "maps.safetensors"
 
+    @property
+    def stage_times(self) -> Path:
+        """Each stage's wall-clock seconds and commit in the last ``dvc repro`` (``pipelines.stage_times``)."""
+        return self.reports / "stage_times.csv"
+
     def sweep_table(self, name: str = "sweep") -> Path:
         """A sweep's finished jobs' correlation tables, stacked (``pipelines.study``); ``name`` is
         the sweep's aggregate folder: ``sweep`` (seeds) or ``recipes`` (recipe choices)."""
@@ -189,6 +199,10 @@ class StudyPaths:
     def sweep_faithfulness(self, name: str = "sweep") -> Path:
         """A sweep's finished jobs' faithfulness tables, stacked, with their ``seed`` and ``job``."""
         return inside(self.reports, name, key=_AGGREGATE_KEY) / "faithfulness.csv"
+
+    def sweep_sentences(self, name: str = "sweep") -> Path:
+        """A sweep's finished jobs' per-sentence correlations (``sentences.parquet``), stacked, with ``seed``."""
+        return inside(self.reports, name, key=_AGGREGATE_KEY) / "sentences.parquet"
 
     def sweep_jobs_file(self, name: str = "sweep") -> Path:
         """Every job of a sweep: seed, overrides, status, error, each task's accuracy."""

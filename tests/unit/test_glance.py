@@ -8,7 +8,6 @@ import pytest
 
 from attnflow.paths import StudyPaths
 from attnflow.report import glance
-from attnflow.sweep import code_state
 from pipelines import _config
 
 ROOT = _config.ROOT
@@ -18,9 +17,8 @@ ROOT = _config.ROOT
 def facts():
     cfg = _config.load(ROOT / _config.PARAMS)
     allow = bool(cfg.report.allow_mixed_code)
-    return glance.facts(
-        StudyPaths.from_config(cfg.paths, root=ROOT), int(cfg.seed), code_state(ROOT), allow_mixed_code=allow
-    )
+    paths = StudyPaths.from_config(cfg.paths, root=ROOT)
+    return glance.facts(paths, int(cfg.seed), glance.report_code(paths, ROOT), allow_mixed_code=allow)
 
 
 def test_the_readme_paragraph_is_the_committed_results(facts):

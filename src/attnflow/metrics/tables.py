@@ -35,6 +35,7 @@ __all__ = [
     "curves_frame",
     "faithfulness_tree",
     "metrics_tree",
+    "sentence_frame",
     "study_frame",
     "summary_frame",
     "switch_frame",
@@ -220,6 +221,48 @@ def study_frame(
         switch_samples=switch_samples, cls_blanked=cls_blanked, seed=seed, task=task,
     )  # fmt: skip
     return pd.concat([configured_cells, switched], ignore_index=True)
+
+
+def sentence_frame(
+    maps: Mapping[str, Sequence[np.ndarray]],
+    importance: Mapping[str, Sequence[np.ndarray]],
+    *,
+    methods: Sequence[str],
+    task: str,
+    settings: CorrelationSettings,
+    sample_ids: Sequence[int],
+) -> pd.DataFrame:
+    """The configured all-heads cells before averaging: one row per (sentence, importance, method,
+    layer) with its Spearman ``rho`` (NaN where undefined, whatever ``settings.undefined`` says, so
+    that a reader chooses), and per (sentence, method, layer) the normalised entropy of the explained
+    row, ``entropy`` = H(row / sum) / log(T) (1: uniform). What the claims ledger
+    (:mod:`attnflow.metrics.ledger`) resamples; ``sentence`` is the sample id.
+
+    >>> maps = {"raw": [np.array([[0.5, 0.3, 0.2]]), np.array([[0.6, 0.1, 0.3]])]}
+    >>> imp = {"blank_out": [np.array([0.0, 2.0, 1.0]), np.array([0.0, 1.0, 2.0])]}
+    >>> s = CorrelationSettings("average", "zero", {"blank_out": False})
+    >>> sentence_frame(maps, imp, methods=["raw"], task="t", settings=s, sample_ids=[7, 9])[["sentence", "rho"]].values.tolist()
+    [[7.0, 1.0], [9.0, 1.0]]
+    """
+    from .correlate_samples import correlate_samples
+    from .ledger import entropy_values
+
+    exclude = settings.exclude(list(importance))
+    ids = np.asarray(sample_ids, dtype=np.int64)
+    parts = []
+    for method in methods:
+        entropy = entropy_values(maps[method])  # (N, L)
+        for kind, scores in importance.items():
+            corr = correlate_samples(
+                maps[method], scores, exclude=exclude[kind], method=settings.spearman, undefined="nan"
+            )["values"]  # (N, L)
+            n, n_layers = corr.shape
+            parts.append(pd.DataFrame({
+                "task": task, "sentence": np.repeat(ids, n_layers), "importance": kind, "method": method,
+                "layer": np.tile(np.arange(1, n_layers + 1), n), "rho": corr.ravel(),
+                "entropy": entropy.ravel(),
+            }))  # fmt: skip
+    return pd.concat(parts, ignore_index=True)
 
 
 def _text(value: Any) -> str:

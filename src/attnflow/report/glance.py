@@ -15,9 +15,10 @@ from typing import Any
 import pandas as pd
 
 from attnflow.io import read_json, write_text
+from attnflow.metrics.ledger import ledger
 from attnflow.paths import StudyPaths
 from attnflow.report.build import read_sweep_table, with_main_run
-from attnflow.report.inputs import load_task
+from attnflow.report.inputs import load_task, sentence_frames
 from attnflow.report.paper import PAPER_ACCURACY
 from attnflow.report.sections.claims import TOLERANCE, check_claims, lookup, seed_cells, target_cells
 from attnflow.report.sections.provenance import left_out
@@ -61,6 +62,10 @@ def facts(
     cells, seeds = seed_cells(stacked)
     target = target_cells(cells)
     claims = [ours >= 0 for _, _, ours in check_claims(lookup(cells))]
+    frames = sentence_frames(paths, list(inputs), seed)
+    # the ledger once the run wrote per-sentence correlations (its Table 1-3 claims need them)
+    has_ledger = "correlations" in frames
+    verdicts = ledger(frames, seed=seed)["verdict"].value_counts() if has_ledger else pd.Series(dtype=int)
     faith = inputs["sst2"].faithfulness
     comp = faith[faith["metric"] == "comprehensiveness"].sort_values("layer").groupby("method").last()
     cost = (
@@ -79,10 +84,25 @@ def facts(
         "cells": len(target),
         "claims_hold": sum(claims),
         "claims": len(claims),
+        "ledger": {v: int(verdicts.get(v, 0)) for v in ("holds", "fails", "inconclusive")},
         "faithfulness_n": int(comp["n"].max()),
         "comprehensiveness": {m: float(comp.loc[m, "mean"]) for m in FAITHFUL if m in comp.index},
         "cost": {m: float(cost[m]) for m in FAITHFUL if m in cost.index},
     }
+
+
+def report_code(paths: StudyPaths, root: Path) -> Mapping[str, Any] | None:
+    """The code that wrote the committed report: :func:`attnflow.sweep.code_state_at` of the
+    ``report`` stage's commit in ``reports/stage_times.csv`` (None when the table or the commit is
+    missing). The paragraph pools the seeds that report pooled, whatever the checkout's code."""
+    from attnflow.report.stage_times import read_table
+    from attnflow.sweep import code_state_at
+
+    if not paths.stage_times.is_file():
+        return None
+    rows = read_table(paths.stage_times)
+    commits = rows.loc[rows["stage"] == "report", "commit"].dropna().astype(str)
+    return code_state_at(root, commits.iloc[-1]) if len(commits) else None
 
 
 def paragraph(f: dict[str, Any]) -> str:
@@ -114,12 +134,26 @@ def paragraph(f: dict[str, Any]) -> str:
         f"({curve} training items) {'rises with the data' if rises else 'does not rise with the data'}. "
         f"As a mean over seeds {f['seeds']}, {f['within']} of the {f['cells']} rollout and flow cells of Tables 1-2 "
         f"lie within ±{TOLERANCE:.2f} of the paper and {f['claims_hold']} of the paper's {f['claims']} qualitative "
-        f"claims hold (the report's claims section names each). Faithfulness on SST-2 ({f['faithfulness_n']} dev "
+        f"claims hold (the report's claims section names each)."
+        + _ledger_text(f.get("ledger", {}))
+        + f" Faithfulness on SST-2 ({f['faithfulness_n']} dev "
         f"sentences, AOPC comprehensiveness at the last layer, higher is better): "
         f"{', '.join(method(m) for m in comp)}; the most comprehensive is {LABELS.get(best, best)} "
         "(the report's faithfulness section has every method, both tasks and the cost of each)."
     )
     return _wrap(text)
+
+
+def _ledger_text(counts: Mapping[str, int]) -> str:
+    """The claims ledger's counts, failures included ("" when it measured nothing)."""
+    total = sum(counts.values())
+    if not total:
+        return ""
+    return (
+        f" Of the {total} claims of the paper's text measured here (the report's claims ledger: an interval "
+        f"over seeds and sentences each), {counts['holds']} hold, {counts['fails']} fail and "
+        f"{counts['inconclusive']} are inconclusive."
+    )
 
 
 def _wrap(text: str, width: int = 100) -> str:

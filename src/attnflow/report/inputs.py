@@ -15,22 +15,52 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from attnflow.io import align_ids, load_ragged, read_json, read_parquet
+from attnflow.io import ArtifactError, align_ids, load_ragged, read_json, read_parquet
 from attnflow.methods import map_methods
 from attnflow.paths import StudyPaths
 
 __all__ = [
     "MAP_METHODS",
+    "MissingInputs",
     "TaskInputs",
+    "check_inputs",
     "find_examples",
     "input_paths",
     "load_task",
     "locate_examples",
+    "missing_inputs",
     "normalize_text",
+    "optional_groups",
     "pick_samples",
+    "sentence_frames",
 ]
 
 MAP_METHODS = map_methods()  # drawn first, in this order, when present: the records' `figure`
+
+
+def sentence_frames(paths: StudyPaths, tasks: Sequence[str], seed: int) -> dict[str, pd.DataFrame]:
+    """The per-sentence frames of the claims ledger (:mod:`attnflow.metrics.ledger`), each absent
+    when its files are: "correlations" and "entropy" from this run's ``sentences.parquet`` of each
+    task (as ``seed``) and a seed sweep's stacked ones; "pronouns" from the pronoun test's scores
+    (its ``variant`` column, or "plain" for a table from before the corrections)."""
+    runs = [read_parquet(paths.sentence_correlations(t)).assign(seed=seed) for t in tasks
+            if paths.sentence_correlations(t).is_file()]  # fmt: skip
+    if paths.sweep_sentences().is_file():
+        runs.append(read_parquet(paths.sweep_sentences()))
+    frames: dict[str, pd.DataFrame] = {}
+    if runs:
+        stacked = pd.concat(runs, ignore_index=True).drop_duplicates(
+            ["task", "seed", "sentence", "importance", "method", "layer"]
+        )
+        frames["correlations"] = stacked
+        frames["entropy"] = stacked.drop_duplicates(["task", "seed", "sentence", "method", "layer"])
+    scores = paths.reports / "pronouns" / "scores.parquet"
+    if scores.is_file():
+        table = read_parquet(scores)
+        if "variant" not in table:
+            table = table.assign(variant="plain")
+        frames["pronouns"] = table.rename(columns={"sentence_id": "sentence"}).assign(seed=seed)
+    return frames
 
 
 def input_paths(task: str, paths: StudyPaths) -> dict[str, Path]:
@@ -47,6 +77,47 @@ def input_paths(task: str, paths: StudyPaths) -> dict[str, Path]:
         "agreement": paths.method_agreement(task),
         "cost": paths.method_cost(task),
     }
+
+
+class MissingInputs(ArtifactError):
+    """The report stage lacks inputs: nothing is written; the message names them in one line."""
+
+
+def optional_groups(paths: StudyPaths) -> dict[str, list[Path]]:
+    """The report's optional parts, each whole or absent: a seed sweep, a recipe sweep, the
+    generation study and the pronoun test (the files each section reads)."""
+    return {
+        "seed sweep": [paths.sweep, paths.sweep_jobs],
+        "recipe sweep": [paths.recipes, paths.recipe_jobs],
+        "generation": [paths.generation / "shares.parquet", paths.generation / "faithfulness.parquet",
+                       paths.generations / "long.safetensors"],
+        "pronouns": [paths.pronouns / f for f in ("summary.json", "sentences.parquet", "scores.parquet",
+                                                  "shares.parquet")] + [paths.pronoun_maps],
+    }  # fmt: skip
+
+
+def missing_inputs(tasks: Sequence[str], paths: StudyPaths) -> list[Path]:
+    """Every input the report stage needs and does not find: each task's stage outputs
+    (:func:`input_paths`), and the rest of an optional part (:func:`optional_groups`) of which some
+    file is present."""
+    wanted = [p for task in tasks for p in input_paths(task, paths).values()]
+    for group in optional_groups(paths).values():
+        if any(p.is_file() for p in group):
+            wanted += group
+    return [p for p in wanted if not p.is_file()]
+
+
+def check_inputs(tasks: Sequence[str], paths: StudyPaths) -> None:
+    """Raise :class:`MissingInputs` naming the missing inputs (:func:`missing_inputs`) in one line."""
+    missing = missing_inputs(tasks, paths)
+    if missing:
+        shown = ", ".join(p.as_posix() for p in missing[:4]) + (
+            f" and {len(missing) - 4} more" if len(missing) > 4 else ""
+        )
+        raise MissingInputs(
+            f"{missing[0].as_posix()}: report input not found ({len(missing)} missing: {shown}); run the stages "
+            "that write them (dvc repro, or dvc pull); the report was left as it was"
+        )
 
 
 @dataclass

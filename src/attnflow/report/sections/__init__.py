@@ -24,6 +24,7 @@ SECTIONS = (
     accuracy.section,
     learning.section,
     paper_tables.section,
+    claims.ledger_section,
     claims.section,
     sensitivity.section,
     curves.section,

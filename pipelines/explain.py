@@ -8,7 +8,7 @@ from attnflow.data.subsets import seeded_subset
 from attnflow.explain.samples import explain_samples
 from attnflow.explanation_file import save_study_maps
 from attnflow.io import load_aligned, load_ragged
-from attnflow.method_inputs import needed_inputs
+from attnflow.methods import needed_inputs, resolve
 from pipelines import _stage
 
 
@@ -20,7 +20,11 @@ def run(cfg: DictConfig, task: str) -> None:
         # attention gradients / LRP relevance for the class-specific methods, joined on sample_id
         extra = load_aligned(extra_file[0], ids, against=str(paths.attentions(task))) if extra_file else {}
         common = dict(
-            methods=methods, residual=opts.residual, heads=opts.heads, rows=cfg.task[task].rows, progress=True
+            methods=resolve(methods),
+            residual=opts.residual,
+            heads=opts.heads,
+            rows=cfg.task[task].rows,
+            progress=True,
         )
         maps = explain_samples(captured["attn"], extra=extra, cls_self=opts.cls_self, **common)
         save_study_maps(paths.maps(task), maps, ids)

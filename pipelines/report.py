@@ -5,18 +5,23 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from attnflow.report import build_report
-from attnflow.report.inputs import input_paths
+from attnflow.report.inputs import check_inputs, input_paths
 from attnflow.sweep import code_state
 from pipelines import _config, _stage
 
 
 def run(cfg: DictConfig) -> None:
     paths = _stage.paths(cfg)
+    check_inputs(list(cfg.tasks), paths)  # one line naming what is missing, before any run or file
     inputs = [p for task in cfg.tasks for p in input_paths(task, paths).values() if p.is_file()]
     inputs += [paths.sweep] if paths.sweep.is_file() else []
     with _stage.stage_run(cfg, "report", inputs=inputs) as mlrun:
         report = build_report(
-            tasks=list(cfg.tasks), paths=paths, config=_config.to_dict(cfg), code=code_state(_config.ROOT)
+            tasks=list(cfg.tasks),
+            paths=paths,
+            config=_config.to_dict(cfg),
+            code=code_state(_config.ROOT),
+            strict=True,
         )
         mlrun.log_metrics(report.cells)  # "<task>/corr/<importance>/<method>/L<k>" (step = layer), ...
         # the parent has the cells from the task stages; it gets the deltas to the paper and the report

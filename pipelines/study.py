@@ -7,7 +7,12 @@ MLflow store (created, with the study's experiment, by the sweep before its jobs
 ``reports/sweep/correlations.csv`` (columns ``seed`` and ``commit`` added) and lists every job, failed
 ones with their error, with the code that ran it (``provenance.json``: commit, dirty flag, digest of
 src/, pipelines/, conf/) in ``reports/sweep/jobs.json``; the report stage reads both (a declared dependency, so
-``dvc repro`` refreshes the report). Launchers: ``hydra/launcher=local`` (default, joblib
+``dvc repro`` refreshes the report). Committed results are replaced only by a whole sweep: when
+every job finished, the three files are written beside and swapped in together; when some failed,
+``reports/sweep/`` is left as it was, the finished jobs are stacked in ``<sweep>/aggregate/``
+(``hydra.callbacks.aggregate.partial=true`` publishes them too) and the sweep exits non-zero naming the
+failed jobs; when none finished, nothing is written and the sweep exits non-zero in one line. A
+single run (no ``-m``) that fails exits non-zero too. Launchers: ``hydra/launcher=local`` (default, joblib
 processes), ``hydra/launcher=cluster`` (SLURM) or ``hydra/launcher=submitit_local``.
 
 A job does not train again what an earlier job trained on the same inputs: with the callback
@@ -140,10 +145,15 @@ def train_or_reuse(cfg: DictConfig, task: str, cache: Path, *, commit: str | Non
 
     paths, key = _stage.paths(cfg), train_key(cfg, task)
     outputs = {"model": paths.model_dir(task), "timing": paths.train_timing(task)}
-    record = stage_cache.restore(cache, key, outputs)
+    try:
+        record, refused = stage_cache.restore(cache, key, outputs), False
+    except stage_cache.CacheEntryError as exc:  # damaged or misfiled: never taken; trained and replaced
+        print(f"[train {task}] stage cache entry refused: {exc}; training instead", file=sys.stderr)
+        record, refused = None, True
     if record is None:
         train.run(cfg, task)
-        stage_cache.store(cache, key, outputs, {"commit": commit, "task": task, "seed": cfg.seed})
+        record = {"commit": commit, "task": task, "seed": cfg.seed}
+        stage_cache.store(cache, key, outputs, record, replace=refused)
         return {"key": key, "reused": False, "trained_by": commit}
     with _stage.stage_run(cfg, "train", task, inputs=[paths.prepared_data(task)]) as mlrun:
         mlrun.set_tags({"reused_from": key, "trained_by": record.get("commit")})
@@ -169,12 +179,25 @@ def main(cfg: DictConfig) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # runs end, not RUNNING
     try:
         run(localize(cfg))
-    except Exception:  # recorded, so the other jobs run and the aggregate names this one
+    except Exception as exc:  # recorded, so the other jobs run and the aggregate names this one
         Path(ERROR_FILE).write_text(traceback.format_exc(), encoding="utf-8")
         print(traceback.format_exc(), file=sys.stderr)
+        if not _in_sweep():  # a single run has no aggregate to say it failed: its exit code does
+            first = (str(exc).splitlines() or [""])[0]
+            sys.exit(
+                f"error: the run failed ({type(exc).__name__}: {first}); see {Path(ERROR_FILE).resolve()}"
+            )
     except BaseException:  # SIGTERM, Ctrl-C: recorded, and the sweep stops
         Path(ERROR_FILE).write_text(traceback.format_exc(), encoding="utf-8")
         raise
+
+
+def _in_sweep() -> bool:
+    """Whether this job is one of a sweep (``-m``): its failure is reported by the aggregate."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 class ReuseTraining(Callback):
@@ -199,8 +222,9 @@ class AggregateSeeds(Callback):
     """After a sweep: stack the finished jobs' correlation tables into reports/<into>/ (``sweep``
     for seeds; ``hydra.callbacks.aggregate.into=recipes`` for a sweep over recipe choices)."""
 
-    def __init__(self, into: str = "sweep") -> None:
+    def __init__(self, into: str = "sweep", partial: bool = False) -> None:
         self.into = into
+        self.partial = partial  # publish the finished jobs of a sweep where some failed
 
     def _check_names(self, config: DictConfig) -> None:
         """Refuse, before Hydra makes a folder, a study or aggregate name that leads outside its
@@ -220,25 +244,65 @@ class AggregateSeeds(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._check_names(config)
         _refuse_used_folder(config.hydra.sweep.dir, "hydra.sweep.dir")
-        open_store(config)
+        try:  # Hydra would turn an exception here into a warning and start the jobs anyway
+            open_store(config)
+        except Exception as exc:
+            first = (str(exc).splitlines() or [""])[0]
+            sys.exit(f"error: the sweep's MLflow store cannot be opened ({type(exc).__name__}: {first})")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        # Hydra turns an exception raised here into a warning and the sweep would exit 0: every
+        # failure, ours or unforeseen, ends the sweep with SystemExit, which Hydra lets through
+        try:
+            message = self.aggregate(config)
+        except Exception as exc:
+            first = (str(exc).splitlines() or [""])[0]
+            sys.exit(
+                f"sweep: the aggregate failed, reports/{self.into}/ left as it was: {type(exc).__name__}: {first}"
+            )
+        if message:
+            sys.exit(message)
+
+    def aggregate(self, config: DictConfig) -> str | None:
+        """Stack the sweep's finished jobs into reports/<into>/ when every job finished (the files
+        swapped in together); else leave reports/<into>/ as it was, stack the finished ones
+        in ``<sweep>/aggregate/`` (with ``partial``: into reports/<into>/ as well) and return the
+        line that ends the sweep non-zero. None: every job finished."""
         from attnflow.paths import StudyPaths
-        from attnflow.sweep import stack_jobs
+        from attnflow.sweep import (
+            NothingToAggregate,
+            aggregate_files,
+            failures,
+            gather_jobs,
+            published_files,
+            write_jobs,
+        )
 
         out = StudyPaths.from_config(config.paths, root=to_absolute_path("."))
-        report = stack_jobs(
-            Path(config.hydra.sweep.dir),
-            config.paths,
-            list(config.tasks),
-            out,
-            error_file=ERROR_FILE,
-            reuse_file=REUSE_FILE,
-            name=self.into,
-        )
-        if report["failed"]:
-            names = "; ".join(f"job {j['job']} ({j['overrides']}): {j['error']}" for j in report["failed"])
-            sys.exit(f"sweep: {len(report['failed'])} job(s) failed, aggregated the others: {names}")
+        target = published_files(out, self.into)
+        sweep_dir = Path(config.hydra.sweep.dir)
+        try:
+            gathered = gather_jobs(
+                sweep_dir, config.paths, list(config.tasks), error_file=ERROR_FILE, reuse_file=REUSE_FILE
+            )
+        except NothingToAggregate as exc:
+            return f"sweep: {exc}; {target['table'].parent} left as it was"
+        failed = gathered.payload["failed"]
+        if not failed:
+            write_jobs(gathered, target)
+            return None
+        total = len(gathered.payload["jobs"])
+        beside = sweep_dir / "aggregate"
+        write_jobs(gathered, aggregate_files(beside))
+        if self.partial:
+            write_jobs(gathered, target)
+            where = f"aggregated the other {gathered.finished} in {target['table'].parent} and {beside}"
+        else:
+            where = (
+                f"{target['table'].parent} left as it was; the other {gathered.finished} stacked in {beside} "
+                "(hydra.callbacks.aggregate.partial=true publishes them)"
+            )
+        return f"sweep: {len(failed)} of {total} job(s) failed, {where}: {failures(gathered.payload)}"
 
 
 def _children(pid: int) -> list[int]:

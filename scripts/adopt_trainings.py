@@ -9,6 +9,9 @@ data and params, this machine) only when that key is true for them:
 
 - the job finished its training (model folder and timing present) and recorded its code
   (``provenance.json``), without uncommitted changes;
+- the training is whole: its exported model loads and its metrics and timing are readable (a
+  truncated or altered weights file is refused, naming it; the stage cache then records the
+  sha256 of every file it stores);
 - the training's code files (``dvc.yaml``'s deps of ``train``) are the same at the job's commit as in
   this checkout (``git diff --quiet <commit> -- <files>``);
 - this is the machine that ran the sweep (the caller's word: a job records no machine; run it where
@@ -42,6 +45,23 @@ def same_training_code(commit: str) -> bool:
     return done.returncode == 0
 
 
+def damaged_training(paths: StudyPaths, task: str) -> str | None:
+    """Why the finished training of ``task`` is not whole, in one line naming the file: its exported
+    model does not load (a truncated or altered weights file, a damaged manifest), or its metrics
+    or timing are not readable JSON; None when it is whole."""
+    from attnflow.models import load_classifier
+
+    checks = ((load_classifier, paths.model(task)), (read_json, paths.train_metrics(task)),
+              (read_json, paths.train_timing(task)))  # fmt: skip
+    for check, path in checks:
+        try:
+            check(path)
+        except Exception as exc:  # whatever the loaders raise: the training is not stored
+            first = (str(exc).splitlines() or [""])[0]
+            return first if str(path) in first else f"{path}: does not load ({type(exc).__name__}: {first})"
+    return None
+
+
 def adopt(job: Path, cache: Path) -> list[tuple[str, str]]:
     """(task, what happened) for each task of one job folder."""
     provenance = read_json(job / PROVENANCE_FILE) if (job / PROVENANCE_FILE).is_file() else None
@@ -64,6 +84,10 @@ def adopt(job: Path, cache: Path) -> list[tuple[str, str]]:
             outputs = {"model": paths.model_dir(task), "timing": paths.train_timing(task)}
             if not all(p.exists() for p in outputs.values()) or not paths.train_metrics(task).is_file():
                 out.append((task, "refused: the job did not finish this training"))
+                continue
+            broken = damaged_training(StudyPaths.from_config(cfg.paths, root=job), task)
+            if broken:
+                out.append((task, f"refused: {broken}"))
                 continue
             key = study.train_key(cfg, task)
             record = {

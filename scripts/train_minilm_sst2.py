@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from attnflow.data.sst2 import SUBDIR, read_glue_tsv
-from attnflow.models.minilm_sst2 import LABELS, MINILM_SST2, load_minilm_sst2
+from attnflow.models.minilm_sst2 import LABELS, MINILM_SST2, load_minilm_sst2, write_checksum
 
 TARGETS = ("query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense")
 
@@ -196,6 +196,7 @@ def main() -> None:
     }
     save_file(delta, str(tmp), metadata=meta)
     tmp.replace(args.out)
+    write_checksum(args.out)  # its key, size and sha256: checked at every load
     print(
         f"wrote {args.out} ({args.out.stat().st_size / 1e6:.2f} MB): dev accuracy {dev_acc:.4f} "
         f"in {time.time() - start:.0f}s",

@@ -38,7 +38,7 @@ __all__ = [
     "select_samples",
 ]
 
-# What the class-specific explainers need beside the attentions (attnflow.explain.EXPLAINER_INPUTS).
+# What the class-specific explainers need beside the attentions (attnflow.methods.EXPLAINER_INPUTS).
 CLASS_INPUTS = ("attn_grad", "attn_relevance")
 
 

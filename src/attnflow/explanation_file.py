@@ -35,6 +35,8 @@ __all__ = [
     "KINDS",
     "VERSION",
     "TensorReader",
+    "check_finite",
+    "file_format",
     "header",
     "load_study_maps",
     "read_header",
@@ -58,6 +60,41 @@ def _error(message: str) -> Exception:
     from attnflow.io import ArtifactError
 
     return ArtifactError(message)
+
+
+def file_format(path: str | Path, formats: Sequence[str] = ("json", "safetensors")) -> str:
+    """The format `path`'s suffix names, one of `formats`, in any case (``x.JSON`` is JSON, as
+    ``x.HTML`` is a page); a ValueError naming the file and the choices otherwise.
+
+    >>> file_format("maps.SafeTensors")
+    'safetensors'
+    """
+    suffix = Path(path).suffix.lower().removeprefix(".")
+    if suffix not in formats:
+        choices = ", ".join(f".{f}" for f in formats)
+        raise ValueError(
+            f"{path}: unknown explanation file type {Path(path).suffix or '(no suffix)'!r}: use {choices}"
+        )
+    return suffix
+
+
+def check_finite(maps: Mapping[str, Any], where: str, axes: Sequence[str] = ("layer", "token")) -> None:
+    """Every map holds only finite numbers; else an ArtifactError ``<where>: map 'm' holds N value(s)
+    that are not finite (NaN or inf), the first at layer 2, token 0`` (layers counted from 1, as in
+    every table; other axes from 0). One check for saving and loading, so that a file written is a
+    file that loads."""
+    for method, values in maps.items():
+        bad = ~np.isfinite(np.asarray(values, dtype=np.float64))
+        if bad.any():
+            first = np.argwhere(bad)[0]
+            at = ", ".join(
+                f"{name} {int(i) + 1 if name == 'layer' else int(i)}"
+                for name, i in zip(axes, first, strict=False)
+            )
+            raise _error(
+                f"{where}: map {method!r} holds {int(bad.sum())} value(s) that are not finite (NaN or inf), "
+                f"the first at {at}; scores must be finite numbers"
+            )
 
 
 def header(kind: str, records: Sequence[Mapping[str, Any]] = (), **extra: Any) -> dict[str, Any]:

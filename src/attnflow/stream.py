@@ -22,244 +22,51 @@ the head mean and the row sums); in float32 to ~1e-6.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from attnflow.bridge.eager import attention_configs
-from attnflow.explain.torch_ops import mix_residual, normalize_rows
+from attnflow.bridge.grad import frozen_parameters
+from attnflow.explain.torch_ops import normalize_rows
 from attnflow.modes import eval_mode, keeps_logits
+from attnflow.stream_state import (
+    BLOCK_BYTES,
+    FLOW_PACKED_BYTES,
+    GRAD_STREAM_METHODS,
+    STREAM_METHODS,
+    TRIL_BLOCK,
+    StreamState,
+    handle_sinks,
+    tril_matmul,
+)
 
 __all__ = [
+    "BLOCK_BYTES",
+    "FLOW_PACKED_BYTES",
     "GRAD_STREAM_METHODS",
     "STREAM_METHODS",
+    "TRIL_BLOCK",
     "StreamState",
     "handle_sinks",
     "stream_gradient_maps",
     "stream_maps",
     "stream_sink_scores",
+    "tril_matmul",
 ]
 
-# The methods a stream can compute: they need the head mean of each layer and nothing else.
-STREAM_METHODS = ("raw", "rollout", "flow")
-# The gradient methods whose ∇A is reduced over heads as the backward produces each layer.
-GRAD_STREAM_METHODS = ("chefer", "grad_sam")
 IMPLEMENTATION = "attnflow_stream"
-# The model's eager attention runs over blocks of query rows whose probabilities take at most about
-# this many bytes, so no (B, H, T, T) block of a long input is ever formed.
-BLOCK_BYTES = 16 * 2**20
 # Above this many bytes of capacities (L, T, T) per sample, flow is solved on one thread: every
 # solver thread holds a workspace of that size (a 30-layer model at 2,048 tokens: 1 GiB each).
 FLOW_THREAD_BYTES = 2**29
-# Above this many bytes of dense capacities per sample, a causal model's unpadded batch keeps only
-# the lower triangles (`attnflow.explain.flow.flow_rows_packed`: one thread, no reversed copy, half
-# the memory, 2-9x faster on last-row flow; its values equal the dense solver's to ~1e-14, not to
-# the bit, so the short inputs of the study keep the dense path and its numbers). 32 MiB: SmolLM2's
-# 30 layers from 375 tokens, GPT-2's 12 from 592.
-FLOW_PACKED_BYTES = 2**25
-# Causal rollout multiplies lower-triangular matrices in blocks of this many rows.
-TRIL_BLOCK = 256
 _local = threading.local()
-
-
-@dataclass
-class StreamState:
-    """What the stream keeps while the model runs; `observe` is called once per layer, in order.
-
-    rows: (B, R) long, the query positions explained in each sample; valid: (B, T) bool, the real
-    tokens; methods: a subset of STREAM_METHODS; residual: r of A(l); dtype: the accumulation type;
-    flow_layers: 0-based layers whose rows are flow sources (None = every layer).
-    """
-
-    rows: torch.Tensor
-    valid: torch.Tensor
-    methods: tuple[str, ...]
-    n_layers: int
-    residual: float = 0.5
-    dtype: torch.dtype = torch.float32
-    layer: int = 0
-    raw: list[torch.Tensor] = field(default_factory=list)  # per layer (B, R, T)
-    rollout: list[torch.Tensor] = field(default_factory=list)  # per layer (B, R, T)
-    running: torch.Tensor | None = None  # Ã(l) (B, T, T)
-    caps: np.ndarray | None = None  # (B, L, T, T) float64 A(l), for flow; packed: (B, L, T (T + 1) / 2)
-    packed: bool = False  # caps holds a causal model's lower triangles (see FLOW_PACKED_BYTES)
-    block_bytes: int = BLOCK_BYTES
-    causal: bool = False  # the first layer's A is lower triangular: every layer's is (causal mask)
-    grad_methods: tuple[str, ...] = ()  # of GRAD_STREAM_METHODS: hooks reduce each layer's ∇A over heads
-    abar: torch.Tensor | None = None  # chefer: Ā(l) = mean_h[(∇A ⊙ A)⁺], (B, L, T, T)
-    grad_sam: torch.Tensor | None = None  # grad_sam: G(l)[rows] = mean_h[ReLU(∇A) ⊙ A][rows], (B, L, R, T)
-    first: list = field(default_factory=list)  # layer 1's (rows, weights) blocks: the backward's inputs
-    # attention sinks (attnflow.explain.causal): each head's attention on its sink keys is handled
-    # by sink_mode ("diagonal" / "drop") before the head mean; (B, L, H, T) bool, None = no sinks
-    sink_keys: torch.Tensor | None = None
-    sink_mode: str = "none"
-    # sink scores (`stream_sink_scores`): per layer the attention each key gets from the other rows
-    # that see it, summed, (B, H, T); and whether every entry above the diagonal is 0 (causal)
-    scores: list | None = None
-    upper_zero: bool = True
-
-    @property
-    def full(self) -> bool:
-        return bool(self.valid.all())
-
-    def heads(self, weights: torch.Tensor, queries: slice) -> torch.Tensor:
-        """W = mean over heads of one block of query rows, (B, H, q, T) -> (B, q, T), padding 0."""
-        w = weights.detach()
-        if not self.full:
-            valid = self.valid.to(w.device)
-            pair = valid[:, None, queries, None] & valid[:, None, None, :]  # (B, 1, q, T)
-            w = w.masked_fill(~pair, 0.0)
-        if w.dtype in (torch.float16, torch.bfloat16):  # rows off by up to 2^-8: rescaled, as the
-            w = normalize_rows(w.to(self.dtype), inplace=True)  # classic path does for low precision
-        if self.sink_keys is not None and self.sink_mode != "none":
-            keys = self.sink_keys[:, self.layer].to(w.device)  # (B, H, T)
-            w = handle_sinks(w.to(self.dtype), keys, queries.start, self.sink_mode)
-        return w.mean(dim=1, dtype=self.dtype)
-
-    def score(self, weights: torch.Tensor, queries: slice) -> None:
-        """Add one block's attention to each key from the other real rows, (B, H, q, T) -> (B, H, T)."""
-        w = weights.detach().to(torch.float64)
-        if not self.full:
-            valid = self.valid.to(w.device)
-            w = w.masked_fill(~(valid[:, None, queries, None] & valid[:, None, None, :]), 0.0)
-        q = w.shape[2]
-        k, i = (
-            torch.arange(q, device=w.device),
-            torch.arange(queries.start, queries.start + q, device=w.device),
-        )
-        total = w.sum(dim=2)  # (B, H, T)
-        total[:, :, i] -= w[:, :, k, i]  # a row's attention to itself is not sink attention
-        self.upper_zero &= bool((w.triu(queries.start + 1) == 0).all())  # every layer, as is_causal
-        if len(self.scores) == self.layer:
-            self.scores.append(total)
-        else:
-            self.scores[self.layer] += total
-
-    def observe(self, w: torch.Tensor) -> None:
-        """Fold one layer's head mean W(l) (B, T, T) into the maps; called once per layer, in order."""
-        if self.layer >= self.n_layers:
-            raise RuntimeError(
-                f"the model ran more attention layers than its config's {self.n_layers}: streaming "
-                "capture supports encoder-only and decoder-only models"
-            )
-        take = self.rows.to(w.device)[:, :, None].expand(-1, -1, w.shape[-1])  # (B, R, T)
-        if "raw" in self.methods:
-            self.raw.append(torch.gather(w, 1, take))
-        if "rollout" in self.methods or "flow" in self.methods:
-            a = mix_residual(w, self.valid.to(w.device), self.residual)  # (B, T, T)
-            del w
-            if "rollout" in self.methods:
-                if self.running is None:
-                    self.causal = bool((a.triu(1) == 0).all())
-                    self.running = a
-                else:
-                    self.running = tril_matmul(a, self.running) if self.causal else a @ self.running
-                self.rollout.append(torch.gather(self.running, 1, take))
-            if "flow" in self.methods:
-                self.keep_caps(a)
-        self.layer += 1
-
-    def keep_caps(self, a: torch.Tensor) -> None:
-        """Keep this layer's A (B, T, T) in float64 on the host for the flow solver: a causal
-        model's lower triangles when a sample's dense graph passes FLOW_PACKED_BYTES and no sample
-        is padded, else dense; a later layer that sees ahead turns the layers kept so far back to
-        dense."""
-        batch, tokens = a.shape[0], a.shape[-1]
-        if self.caps is None:
-            big = self.n_layers * tokens * tokens * 8 > FLOW_PACKED_BYTES
-            self.packed = big and self.full and not bool(a.triu(1).any())
-            shape = (tokens * (tokens + 1) // 2,) if self.packed else (tokens, tokens)
-            self.caps = np.empty((batch, self.n_layers, *shape))
-        elif self.packed and bool(a.triu(1).any()):  # checked only while packed: dense keeps every entry
-            dense = np.zeros((batch, self.n_layers, tokens, tokens))
-            dense[:, : self.layer, np.tri(tokens, dtype=bool)] = self.caps[:, : self.layer]
-            self.caps, self.packed = dense, False
-        x = a.to(torch.float64).cpu().numpy()
-        if self.packed:
-            from attnflow.explain.flow import pack_lower  # the solver's layout (imported only for flow)
-
-            x = pack_lower(x)
-        self.caps[:, self.layer] = x
-
-    def observe_grad(self, layer: int, queries: slice, weights: torch.Tensor, grad: torch.Tensor) -> None:
-        """Reduce one block of ∇A (B, H, q, T) over heads as the backward produces it."""
-        w, grad = weights.detach().to(self.dtype), grad.to(self.dtype)  # products in dtype: one block
-        if not self.full:
-            valid = self.valid.to(w.device)
-            pair = valid[:, None, queries, None] & valid[:, None, None, :]  # (B, 1, q, T)
-            w = w.masked_fill(~pair, 0.0)
-            grad = grad.masked_fill(~pair, 0.0)
-        batch, _, q, tokens = w.shape
-        if "chefer" in self.grad_methods:
-            if self.abar is None:
-                self.abar = torch.zeros(
-                    batch, self.n_layers, tokens, tokens, dtype=self.dtype, device=w.device
-                )
-            self.abar[:, layer, queries] = (grad * w).clamp_min_(0.0).mean(dim=1)
-        if "grad_sam" in self.grad_methods:
-            if self.grad_sam is None:
-                shape = (batch, self.n_layers, self.rows.shape[1], tokens)
-                self.grad_sam = torch.zeros(shape, dtype=self.dtype, device=w.device)
-            rows = self.rows.to(w.device)
-            inside = (rows >= queries.start) & (rows < queries.start + q)  # (B, R)
-            if inside.any():
-                at = (rows - queries.start).clamp(0, q - 1)[:, :, None].expand(-1, -1, tokens)  # (B, R, T)
-                g = (grad.clamp_min(0.0) * w).mean(dim=1)  # (B, q, T)
-                picked = torch.gather(g, 1, at)
-                self.grad_sam[:, layer] = torch.where(inside[:, :, None], picked, self.grad_sam[:, layer])
-
-
-def handle_sinks(w: torch.Tensor, keys: torch.Tensor, start: int, mode: str) -> torch.Tensor:
-    """`attnflow.explain.causal.remove_sinks` on one block of query rows start .. start + q - 1.
-
-    w (B, H, q, T), keys (B, H, T) the sink keys of each head. With m_i = sum_{j in S, j != i} w[i, j]:
-    "diagonal": w'[i, j] = 0 for j in S \\ {i}, w'[i, i] = w[i, i] + m_i; "drop": the same zeros, the
-    row re-normalised (a row with everything on other sinks keeps itself, w'[i, i] = 1). Rows with
-    m_i = 0 are left exactly as they are. Returns a new tensor.
-    """
-    q = w.shape[2]
-    k = torch.arange(q, device=w.device)
-    i = torch.arange(start, start + q, device=w.device)
-    self_attn = w[:, :, k, i]  # (B, H, q): a row's own entry is never sink attention
-    weights = keys.to(w.dtype)
-    mass = torch.einsum("bhij,bhj->bhi", w, weights) - self_attn * weights[:, :, i]  # (B, H, q) = m_i
-    touched = mass > 0
-    out = w.masked_fill(keys[:, :, None, :], 0.0)  # every sink column emptied ...
-    out[:, :, k, i] = self_attn  # ... except on the diagonal
-    if mode == "diagonal":
-        out[:, :, k, i] += torch.where(touched, mass, torch.zeros_like(mass))
-    elif mode == "drop":
-        rest = out.sum(dim=-1)  # (B, H, q)
-        scale = torch.where(touched & (rest > 0), 1.0 / rest, torch.ones_like(rest))
-        out *= scale[..., None]
-        out[:, :, k, i] += (touched & (rest <= 0)).to(out.dtype)
-    else:
-        raise ValueError(f"sink mode must be 'diagonal' or 'drop', got {mode!r}")
-    return out
-
-
-def tril_matmul(a: torch.Tensor, b: torch.Tensor, block: int = TRIL_BLOCK) -> torch.Tensor:
-    """a @ b for lower-triangular a, b (B, T, T), skipping the blocks that are zero.
-
-    Block row I of a b is a[I, :end(I)] @ b[:end(I), :end(I)] (the columns beyond I are 0): about a
-    third of the flops of a full product.
-    """
-    tokens = a.shape[-1]
-    if tokens <= block:
-        return a @ b
-    out = torch.zeros_like(a)
-    edges = [*range(0, tokens, block), tokens]
-    for i in range(len(edges) - 1):
-        rows = slice(edges[i], edges[i + 1])
-        # block row I of a, keys 0..end of I, times b's rows 0..end of I: columns beyond I are 0
-        out[:, rows, : edges[i + 1]] = a[:, rows, : edges[i + 1]] @ b[:, : edges[i + 1], : edges[i + 1]]
-    return out
 
 
 def _stream_attention(
@@ -283,13 +90,24 @@ def _stream_attention(
     for start in range(0, tokens, step):
         rows = slice(start, min(start + step, tokens))
         block_mask = None if mask is None else mask[..., rows, :]
-        out, weights = eager(module, query[:, :, rows], key, value, block_mask, **kwargs)  # (B, q, H, D)
+        block = query[:, :, rows]
+        if state.grad_methods and state.recompute and torch.is_grad_enabled():
+            out, weights = checkpoint(
+                eager, module, block, key, value, block_mask, use_reentrant=False, **kwargs
+            )
+        else:
+            out, weights = eager(module, block, key, value, block_mask, **kwargs)  # (B, q, H, D)
         outs.append(out)
         if state.scores is not None:
             state.score(weights, rows)
         if state.methods:
             mixed.append(state.heads(weights, rows))
-        if state.grad_methods and weights.requires_grad:
+        if state.grad_methods and weights.requires_grad and state.recompute:
+            if state.layer == 0:
+                state.first.append((rows, block))
+            again = (eager, module, block.detach(), key.detach(), value.detach(), block_mask, kwargs)
+            weights.register_hook(_recomputing_hook(state, state.layer, rows, again))
+        elif state.grad_methods and weights.requires_grad:
             layer = state.layer
             if layer == 0:
                 state.first.append((rows, weights))
@@ -309,6 +127,19 @@ def _grad_hook(state: StreamState, layer: int, rows: slice, weights: torch.Tenso
     """The hook that hands one block's ∇A to the stream as the backward produces it."""
 
     def hook(grad: torch.Tensor) -> None:
+        state.observe_grad(layer, rows, weights, grad)
+
+    return hook
+
+
+def _recomputing_hook(state: StreamState, layer: int, rows: slice, again: tuple):
+    """The hook that recomputes one block's probabilities (eager, args..., kwargs) and hands them
+    with its ∇A to the stream: nothing of the block but q, k, v is kept until the backward."""
+
+    def hook(grad: torch.Tensor) -> None:
+        eager, *args, kwargs = again
+        with torch.no_grad():
+            _, weights = eager(*args, **kwargs)
         state.observe_grad(layer, rows, weights, grad)
 
     return hook
@@ -513,6 +344,7 @@ def stream_gradient_maps(
     positions: torch.Tensor | None = None,
     dtype: torch.dtype = torch.float32,
     block_bytes: int = BLOCK_BYTES,
+    recompute: bool = True,
 ) -> dict[str, torch.Tensor]:
     """Chefer's generic relevance and Grad-SAM of `rows`, with ∇A reduced over heads in the backward.
 
@@ -525,7 +357,9 @@ def stream_gradient_maps(
         grad_sam:  G(l) = mean_h[ReLU(∇A(l)) ⊙ A(l)]   (Barkan et al. 2021)
 
     so no (B, L, H, T, T) gradient is ever held: the extra memory is Ā's (B, L, T, T) beside what
-    autograd itself saves. Returns per method (B, L, R, T) on the model's device in `dtype`, plus
+    autograd itself saves. recompute (default): each block of probabilities is recomputed in the
+    backward (activation checkpointing) instead of saved by autograd, so no layer's (B, H, T, T)
+    waits for the backward either (the values are the same; one more QKᵀ and softmax per layer). Returns per method (B, L, R, T) on the model's device in `dtype`, plus
     "target" (B,) and "scores" (B,).
     """
     from attnflow.bridge.hf import last_positions, target_scores
@@ -538,12 +372,16 @@ def stream_gradient_maps(
     ids, valid, rows = _checked_batch(batch, rows)
     n_layers = _n_layers(model)
     state = StreamState(
-        rows, valid, (), n_layers, dtype=dtype, block_bytes=int(block_bytes), grad_methods=methods
-    )
+        rows, valid, (), n_layers, dtype=dtype, block_bytes=int(block_bytes), grad_methods=methods,
+        recompute=bool(recompute),
+    )  # fmt: skip
     if positions is None:
         positions = last_positions(valid, ids.shape[0], ids.shape[1], ids.device)
     kwargs, keep = _forward_options(model, positions)
-    with torch.enable_grad(), _streaming(model, state):
+    # recomputing: no parameter gradient is asked for, so parameters are frozen (autograd keeps only
+    # what ∂/∂activations needs) and the graph starts at the word embeddings
+    frozen = frozen_parameters(model, leaf_embeddings=True) if recompute else contextlib.nullcontext()
+    with torch.enable_grad(), frozen, _streaming(model, state):
         out = model(**batch, **kwargs)
     if state.layer != n_layers:
         raise RuntimeError(f"the stream saw {state.layer} attention layers, the config has {n_layers}")
@@ -553,9 +391,11 @@ def stream_gradient_maps(
         )
     scored = positions if keep is None else torch.searchsorted(keep, positions)
     scores, target_ids = target_scores(out, target, scored)
-    grads = torch.autograd.grad(scores.sum(), [w for _, w in state.first])  # the hooks fire on the way down
+    # the hooks fire on the way down; layer 1's too when recomputing (the backward ends at its queries)
+    grads = torch.autograd.grad(scores.sum(), [w for _, w in state.first])
     for (queries, weights), g in zip(state.first, grads, strict=True):
-        state.observe_grad(0, queries, weights, g)
+        if not state.recompute:
+            state.observe_grad(0, queries, weights, g)
     state.first.clear()
     result: dict[str, torch.Tensor] = {"scores": scores.detach(), "target": target_ids}
     if "grad_sam" in methods:

@@ -5,7 +5,10 @@ A sweep (``python -m pipelines.study -m seed=0,1,2``) runs each job in its own f
 *finished* when every task's correlation table exists; a failed job left ``error.txt``. The stacked
 table (one row per job and cell, columns of the correlation table plus ``seed`` and ``job``) goes to
 ``reports/sweep/correlations.csv``, the jobs' faithfulness tables to ``reports/sweep/faithfulness.csv``;
-the report groups them by cell.
+the report groups them by cell. Reading and writing are apart (:func:`gather_jobs`, :func:`write_jobs`):
+the files are written beside their targets and swapped in together, and a sweep without a finished
+job raises :class:`NothingToAggregate` before anything is written, so committed tables are never
+replaced by less.
 
 Provenance: each job writes ``provenance.json`` (:func:`code_state`: the commit, a dirty flag and a
 digest of the code in ``src/``, ``pipelines/`` and ``conf/``) before its first stage; the stacked
@@ -18,15 +21,30 @@ from __future__ import annotations
 import hashlib
 import subprocess
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from attnflow.io import read_json, read_parquet, write_json, write_text
+from attnflow.io import json_text, read_json, read_parquet, write_together
 from attnflow.paths import StudyPaths
 
-__all__ = ["CODE_DIRS", "PROVENANCE_FILE", "code_state", "mixed_code", "stack_jobs"]
+__all__ = [
+    "CODE_DIRS",
+    "PROVENANCE_FILE",
+    "NothingToAggregate",
+    "SweepJobs",
+    "aggregate_files",
+    "code_state",
+    "code_state_at",
+    "failures",
+    "gather_jobs",
+    "mixed_code",
+    "published_files",
+    "stack_jobs",
+    "write_jobs",
+]
 
 CODE_DIRS = ("src", "pipelines", "conf")  # the code a result depends on; docs, tests, reports are not
 PROVENANCE_FILE = "provenance.json"  # in each job's folder
@@ -79,6 +97,31 @@ def code_state(root: str | Path, dirs: Sequence[str] = CODE_DIRS) -> dict[str, A
     }
 
 
+def code_state_at(root: str | Path, commit: str, dirs: Sequence[str] = CODE_DIRS) -> dict[str, Any] | None:
+    """:func:`code_state` of the tree of ``commit`` (read from git, the working tree untouched): the
+    same digests a run of that commit recorded; None when git cannot read it. What a reader of the
+    committed results compares sweep jobs with: the code that wrote the report, not the checkout's."""
+    root = Path(root)
+    full = _git(root, "rev-parse", "--verify", f"{commit}^{{commit}}")
+    if full is None:
+        return None
+    code = {}
+    for folder in dirs:
+        listed = _git(root, "ls-tree", "-r", "-z", "--full-tree", full.strip(), "--", folder)
+        if listed is None:
+            return None
+        entries = sorted((line.split("\t", 1)[1], line.split()[2]) for line in listed.split("\0") if line)
+        h = hashlib.sha256()
+        for name, blob in entries:
+            done = subprocess.run(
+                ["git", "-C", str(root), "cat-file", "blob", blob], capture_output=True, check=True
+            )
+            h.update(name.encode() + b"\0")
+            h.update(hashlib.sha256(done.stdout).digest())
+        code[folder] = h.hexdigest()[:16]
+    return {"commit": full.strip(), "dirty": False, "code": code}
+
+
 def mixed_code(states: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
     """One line per code folder whose digest differs between the named runs (a run without a record
     counts as differing: its code is unknown); empty when every run ran the same code.
@@ -129,30 +172,50 @@ def _accuracy(path: Path) -> dict[str, Any]:
     }
 
 
-def stack_jobs(
+class NothingToAggregate(ValueError):
+    """A sweep with no finished job (or no job at all): nothing is written; the message names the
+    sweep folder and the jobs' errors in one line."""
+
+
+@dataclass
+class SweepJobs:
+    """What :func:`gather_jobs` read from a sweep's folders: ``payload`` (the content of jobs.json),
+    the finished jobs' correlation tables stacked (``table``) and their faithfulness tables (``faithfulness``)."""
+
+    payload: dict[str, Any]
+    table: pd.DataFrame
+    faithfulness: pd.DataFrame
+    sentences: pd.DataFrame | None = None  # per-sentence correlations, when the jobs wrote them
+
+    @property
+    def finished(self) -> int:
+        return len(self.payload["jobs"]) - len(self.payload["failed"])
+
+
+def gather_jobs(
     sweep_dir: Path,
     paths: Mapping[str, Any],
     tasks: Sequence[str],
-    out: StudyPaths,
     *,
     error_file: str = "error.txt",
     reuse_file: str = "reuse.json",
-    name: str = "sweep",
-) -> dict[str, Any]:
-    """Write ``out.sweep_table(name)`` (stacked tables of the finished jobs, with their ``seed``,
-    ``job`` and the job's ``overrides`` other than the seed) and ``out.sweep_jobs_file(name)`` (every
-    job: seed, overrides, recipe (the overrides but the seed), provenance, ``training`` (the job's
-    ``reuse_file``: per task, whether its training was taken from the stage cache and which commit
-    trained it), status, error, and each task's test / teacher / per-attractor accuracy);
-    return the latter's content."""
+) -> SweepJobs:
+    """Read every job of ``sweep_dir`` (see :func:`stack_jobs`); writes nothing. Raises
+    :class:`NothingToAggregate` when the folder holds no job or no job finished."""
     import yaml
 
-    table_file, jobs_file = out.sweep_table(name), out.sweep_jobs_file(name)  # a bad name: refused first
+    sweep_dir = Path(sweep_dir)
     jobs = sorted(  # a job that failed before writing its params.yaml (a refused config) still counts
-        (p for p in Path(sweep_dir).iterdir() if (p / "params.yaml").is_file() or (p / error_file).is_file()),
+        (p for p in sweep_dir.iterdir() if (p / "params.yaml").is_file() or (p / error_file).is_file())
+        if sweep_dir.is_dir()
+        else (),
         key=lambda p: (len(p.name), p.name),
     )
-    records, tables, faithfulness = [], [], []
+    if not jobs:
+        raise NothingToAggregate(
+            f"{sweep_dir}: no job folder (with params.yaml or {error_file}) to aggregate"
+        )
+    records, tables, faithfulness, sentences = [], [], [], []
     for job in jobs:
         params_file = job / "params.yaml"
         params = yaml.safe_load(params_file.read_text(encoding="utf-8")) if params_file.is_file() else {}
@@ -193,15 +256,97 @@ def stack_jobs(
                 for t in tasks
                 if job_paths.faithfulness(t).is_file()
             ]
+            sentences += [
+                read_parquet(job_paths.sentence_correlations(t)).assign(seed=record["seed"], job=job.name)
+                for t in tasks
+                if job_paths.sentence_correlations(t).is_file()
+            ]
         records.append(record)
     payload = {
         "jobs": records,
         "failed": [r for r in records if r["status"] != "finished"],
         "seeds": sorted(r["seed"] for r in records if r["status"] == "finished"),
     }
-    stacked = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
-    write_text(table_file, stacked.to_csv(index=False))
+    if not tables:
+        raise NothingToAggregate(
+            f"{sweep_dir}: none of the {len(records)} job(s) finished, nothing to aggregate: {failures(payload)}"
+        )
     faith = pd.concat(faithfulness, ignore_index=True) if faithfulness else pd.DataFrame()
-    write_text(out.sweep_faithfulness(name), faith.to_csv(index=False))
-    write_json(jobs_file, payload)
-    return payload
+    stacked_sentences = pd.concat(sentences, ignore_index=True) if sentences else None
+    return SweepJobs(payload, pd.concat(tables, ignore_index=True), faith, stacked_sentences)
+
+
+def failures(payload: Mapping[str, Any], *, shown: int = 3) -> str:
+    """The failed jobs of a jobs.json payload in one line: ``job 2 (seed=2): ValueError: boom; ...``."""
+    failed = payload["failed"]
+    named = [f"job {j['job']} ({j['overrides'] or 'no overrides'}): {j['error']}" for j in failed[:shown]]
+    more = [f"and {len(failed) - shown} more"] if len(failed) > shown else []
+    return "; ".join(named + more)
+
+
+def aggregate_files(folder: Path) -> dict[str, Path]:
+    """The files of an aggregate in ``folder``: the stacked correlation and faithfulness tables,
+    the jobs' record and the stacked per-sentence correlations (the names :class:`StudyPaths` gives
+    them below ``reports/<name>/``)."""
+    return {
+        "table": folder / "correlations.csv",
+        "faithfulness": folder / "faithfulness.csv",
+        "jobs": folder / "jobs.json",
+        "sentences": folder / "sentences.parquet",
+    }
+
+
+def published_files(out: StudyPaths, name: str = "sweep") -> dict[str, Path]:
+    """The files of the aggregate ``name`` below ``reports/`` (``reports/<name>/``), keyed as
+    :func:`aggregate_files` keys them."""
+    return {
+        "table": out.sweep_table(name),
+        "faithfulness": out.sweep_faithfulness(name),
+        "jobs": out.sweep_jobs_file(name),
+        "sentences": out.sweep_sentences(name),
+    }
+
+
+def write_jobs(gathered: SweepJobs, files: Mapping[str, Path]) -> None:
+    """Write a gathered sweep to ``files`` (:func:`aggregate_files`): every file beside its target
+    first, swapped in together, so a failure leaves the earlier aggregate whole. A sweep without
+    per-sentence tables removes an earlier sweep's, once the others are in (it would not match them)."""
+    texts: dict[Path, str | bytes] = {
+        Path(files["table"]): gathered.table.to_csv(index=False),
+        Path(files["faithfulness"]): _csv(gathered.faithfulness),
+        Path(files["jobs"]): json_text(gathered.payload),
+    }
+    if gathered.sentences is not None:
+        texts[Path(files["sentences"])] = gathered.sentences.to_parquet(index=False)
+    write_together(texts)
+    if gathered.sentences is None:
+        Path(files["sentences"]).unlink(missing_ok=True)
+
+
+def _csv(frame: pd.DataFrame) -> str:
+    """A table as CSV; an empty file for a table without columns (pandas would write one blank
+    line, which no CSV reader accepts; the report reads an empty file as no table)."""
+    return frame.to_csv(index=False) if len(frame.columns) else ""
+
+
+def stack_jobs(
+    sweep_dir: Path,
+    paths: Mapping[str, Any],
+    tasks: Sequence[str],
+    out: StudyPaths,
+    *,
+    error_file: str = "error.txt",
+    reuse_file: str = "reuse.json",
+    name: str = "sweep",
+) -> dict[str, Any]:
+    """Write ``out.sweep_table(name)`` (stacked tables of the finished jobs, with their ``seed``,
+    ``job`` and the job's ``overrides`` other than the seed) and ``out.sweep_jobs_file(name)`` (every
+    job: seed, overrides, recipe (the overrides but the seed), provenance, ``training`` (the job's
+    ``reuse_file``: per task, whether its training was taken from the stage cache and which commit
+    trained it), status, error, and each task's test / teacher / per-attractor accuracy);
+    return the latter's content. A sweep with no finished job raises :class:`NothingToAggregate`
+    and leaves the files as they were; the three files are swapped in together."""
+    files = published_files(out, name)  # a bad name: refused first
+    gathered = gather_jobs(sweep_dir, paths, tasks, error_file=error_file, reuse_file=reuse_file)
+    write_jobs(gathered, files)
+    return gathered.payload

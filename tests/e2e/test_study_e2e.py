@@ -260,6 +260,7 @@ def test_hydra_sweep_runs_each_seed_and_aggregates_the_finished_jobs(tmp_path):
         "explain.per_head=false",
         f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
         f"hydra.sweep.dir={tmp_path / 'multirun'}",
+        "hydra.callbacks.aggregate.partial=true",  # publish the finished jobs although one failed
     ]
     # The basic launcher runs the jobs in this process, so the fixture files can skip the real digests
     # (the default joblib launcher would run them in worker processes).
@@ -276,7 +277,8 @@ def test_hydra_sweep_runs_each_seed_and_aggregates_the_finished_jobs(tmp_path):
         text=True,
         timeout=600,
     )
-    assert done.returncode != 0 and "1 job(s) failed, aggregated the others: job 2 (seed=-1" in done.stderr
+    assert done.returncode != 0 and "1 of 3 job(s) failed, aggregated the other 2 in " in done.stderr
+    assert ": job 2 (seed=-1): " in done.stderr
     jobs = sorted(
         p.name for p in (tmp_path / "multirun").iterdir() if p.is_dir() and (p / "params.yaml").exists()
     )

@@ -102,7 +102,11 @@ def test_bad_inputs_end_with_one_clear_line_and_exit_2(args, message):
     proc = run_cli("explain", *args)
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
-    assert proc.stderr.strip().startswith("attnflow explain: error:")
+    # what was loaded (one info line, `attnflow: loaded ...`) may precede the one error line
+    errors = [
+        line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("attnflow: loaded ")
+    ]
+    assert len(errors) == 1 and errors[0].startswith("attnflow explain: error:"), proc.stderr
     if "--method" in args:  # the choices are listed
         assert all(m in proc.stderr for m in ("flow, ", "raw, ", "rollout"))
 

@@ -42,7 +42,10 @@ def _one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> str:
     """The refusal: exit code 2, one stderr line starting with the verb's prefix, holding `needles`."""
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    # what was loaded (one info line, `attnflow: loaded ...`) may precede the one error line
+    lines = [
+        line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("attnflow: loaded ")
+    ]
     assert len(lines) == 1 and lines[0].startswith(ERROR), proc.stderr
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])

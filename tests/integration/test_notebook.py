@@ -81,6 +81,35 @@ def test_explore_notebook_runs_on_stage_outputs(tmp_path, monkeypatch):
     assert len(images) >= 2  # the maps and the attention graph
 
 
+@pytest.mark.slow  # the long tier: a kernel start and the notebook, ~20 s
+def test_explore_notebook_runs_on_a_clone_from_the_committed_reports(tmp_path, monkeypatch):
+    """A fresh clone has reports/ (git) but no outputs/ (DVC): one line says so and what to run, the
+    report's figures and the committed correlation table are shown, nothing raises."""
+    import shutil
+
+    pytest.importorskip("ipykernel")
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    shutil.copytree(ROOT / "reports" / "figures", tmp_path / "reports" / "figures")
+    (tmp_path / "reports" / "agreement").mkdir()
+    shutil.copy(ROOT / "reports" / "agreement" / "correlations.parquet", tmp_path / "reports" / "agreement")
+    monkeypatch.setenv("ATTNFLOW_ROOT", str(tmp_path))
+    monkeypatch.setenv("JUPYTER_PATH", str(_kernelspec(tmp_path / "jupyter")))
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    NotebookClient(
+        nb, kernel_name=KERNEL, timeout=TIMEOUT_S, resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") for o in outputs)
+    assert (
+        "(a fresh clone): showing the committed reports; for the live maps run `dvc pull` or `dvc repro`"
+        in text
+    )
+    assert "reports/figures/maps_agreement_sample_" in text  # the report's figures of the examples
+    assert sum("image/png" in o.get("data", {}) for o in outputs) >= 1
+    assert any("blank_out" in o.get("data", {}).get("text/plain", "") for o in outputs)  # the table
+
+
 QUICKSTART = ROOT / "notebooks" / "quickstart.ipynb"
 
 

@@ -6,14 +6,13 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from attnflow.explain import (
-    EXPLAINER_INPUTS,
-    EXPLAINERS,
     attention_flow,
     attention_rollout,
     head_flow,
     head_rollout,
 )
-from attnflow.methods import METHODS, ROW_SUM_LAWS
+from attnflow.methods import EXPLAINER_INPUTS, EXPLAINERS, METHODS, ROW_SUM_LAWS
+from attnflow.needs import NEEDS
 
 CLOSE = 1e-9  # float64 agreement between two routes to the same numbers
 
@@ -64,17 +63,14 @@ def test_batch_results_equal_per_sample_results_and_padding_gets_nothing(batch, 
     rng = np.random.default_rng(
         0
     )  # extra inputs (attention gradients, relevance) for the methods that need them
-    extras = {
-        k: rng.standard_normal(w.shape) * (w if k == "attn_relevance" else 1.0)
-        for k in EXPLAINER_INPUTS[name]
-    }
+    extras = {k: NEEDS[k].sample(rng, w) for k in EXPLAINER_INPUTS[name]}  # each need's record draws it
     out = EXPLAINERS[name](w, residual=residual, heads="mean", lengths=lengths, **extras)
     for b, n in enumerate(lengths):
         alone = EXPLAINERS[name](
             w[b, :, :, :n, :n],
             residual=residual,
             heads="mean",
-            **{k: v[b, :, :, :n, :n] for k, v in extras.items()},
+            **{k: NEEDS[k].select(v, batch=b, tokens=np.arange(n)) for k, v in extras.items()},
         )
         np.testing.assert_allclose(out[b, :, :n, :n], alone, atol=CLOSE)
         assert np.all(out[b, :, n:, :] == 0) and np.all(out[b, :, :, n:] == 0)
@@ -116,10 +112,7 @@ def test_every_record_keeps_its_row_sum_law_on_padded_batches(batch, residual, n
     # the law is the record's (attnflow.methods: row_sums); a record without one fails here
     w, lengths = batch
     rng = np.random.default_rng(0)
-    extras = {
-        k: rng.standard_normal(w.shape) * (w if k == "attn_relevance" else 1.0)
-        for k in EXPLAINER_INPUTS[name]
-    }
+    extras = {k: NEEDS[k].sample(rng, w) for k in EXPLAINER_INPUTS[name]}  # each need's record draws it
     law = METHODS[name].row_sums
     assert law in ROW_SUM_LAWS, f"{name} states no row-sum law"
     out = EXPLAINERS[name](w, residual=residual, lengths=lengths, **extras)

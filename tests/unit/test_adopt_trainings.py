@@ -23,6 +23,20 @@ HEAD = subprocess.run(
 ).stdout.strip()
 
 
+def tiny_classifier(folder: Path) -> Path:
+    """A real exported agreement classifier (2 layers, 8 wide), as the train stage writes it."""
+    import torch
+
+    from attnflow.data.vocab import Vocab
+    from attnflow.models import WordEncoder, save_classifier
+    from attnflow.models.agreement import AgreementConfig, AgreementTransformer
+
+    vocab = Vocab.build([["the", "dog", "dogs", "barks"]])
+    torch.manual_seed(0)
+    config = AgreementConfig(vocab_size=len(vocab), block_size=16, n_layer=2, n_head=2, n_embd=8)
+    return save_classifier(AgreementTransformer(config).eval(), WordEncoder(vocab), folder)
+
+
 def _job(folder: Path, *, commit=HEAD, dirty=False, trained=True) -> Path:
     """A sweep job folder (seed 1, agreement only) as a finished job leaves it."""
     folder.mkdir(parents=True)
@@ -34,12 +48,12 @@ def _job(folder: Path, *, commit=HEAD, dirty=False, trained=True) -> Path:
     prepared.mkdir(parents=True)
     (prepared / "train.parquet").write_bytes(b"rows")
     if trained:
-        (paths.model_dir("agreement") / "model").mkdir(parents=True)
-        (paths.model_dir("agreement") / "model" / "weights.bin").write_bytes(b"w")
+        tiny_classifier(paths.model("agreement"))
         for name, target in study.train.REPORTED.items():
-            (paths.model_dir("agreement") / name).write_text(name)
+            text = '{"accuracy": 0.9}' if name.endswith(".json") else name  # metrics.json is read
+            (paths.model_dir("agreement") / name).write_text(text)
             paths.task_reports("agreement").mkdir(parents=True, exist_ok=True)
-            (paths.task_reports("agreement") / target).write_text(name)
+            (paths.task_reports("agreement") / target).write_text(text)
         paths.train_timing("agreement").write_text('{"train_wall_s": 2.0}')
     return folder
 
@@ -58,7 +72,8 @@ def test_an_adopted_training_is_what_a_sweep_of_this_checkout_takes(tmp_path, mo
     taken = study.train_or_reuse(cfg, "agreement", cache, commit="later")
     assert taken["reused"] is True and taken["trained_by"] == HEAD
     model = StudyPaths.from_config(cfg.paths, root=other).model_dir("agreement")
-    assert (model / "model" / "weights.bin").read_bytes() == b"w"
+    stored = job / "models" / "agreement" / "model" / "model.safetensors"
+    assert (model / "model" / "model.safetensors").read_bytes() == stored.read_bytes()
 
 
 @pytest.mark.parametrize(

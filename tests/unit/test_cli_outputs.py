@@ -274,3 +274,42 @@ def test_generate_sampling_options_are_checked_by_meaning_before_any_model_loads
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith(f"attnflow generate: error: {option} {value}")
     assert "--model" not in err[0]  # refused before the model is looked for
+
+
+# -- pictures only when asked; readings beside striking figures (issue 58) -------------------------
+
+
+def test_several_inputs_draw_no_png_unless_asked_and_one_input_does(bert, tmp_path, capsys):
+    args = ["explain", "--model", str(bert), "--device", "cpu", "--method", "raw,rollout"]
+    assert main([*args, "--text", "good movie", "--text", "a film", "--out", str(tmp_path / "many")]) == 0
+    assert sorted(p.name for p in (tmp_path / "many").iterdir()) == ["explain.html", "explain.json"]
+    assert main([*args, "--text", "good movie", "--out", str(tmp_path / "one")]) == 0
+    assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["explain.html", "explain.png"]
+    out = capsys.readouterr().out
+    assert "prediction: " in out and "(p = 0." in out  # the prediction's probability in the title
+
+
+def test_the_faithfulness_drops_are_read_against_random():
+    from attnflow.cli.generate import drop_reading
+
+    # the issue's case: rollout's top token costs +0.114 of log-prob, a random one +0.432
+    line = drop_reading({"rollout": {1: 0.114, 3: 0.5}, "random": {1: 0.432, 3: 0.4}}, ["rollout"])
+    assert line.startswith("reading: a larger drop means the deleted tokens mattered more")
+    assert "Below random (rollout k=1)" in line and "worse than guessing" in line
+    assert "Above random (rollout k=3)" in line and "\n" not in line
+    assert drop_reading({"rollout": {1: 0.1}}, ["rollout"]) == ""  # no baseline, nothing to read
+
+
+def test_explain_texts_returns_a_list_that_is_one_table(bert):
+    from transformers import BertForSequenceClassification, BertTokenizer
+
+    from attnflow.hf import Explanations, explain_texts
+
+    model = BertForSequenceClassification.from_pretrained(bert).eval()
+    batch = explain_texts(
+        model, BertTokenizer.from_pretrained(bert), ["good movie", "a film"], methods=["rollout"]
+    )
+    assert isinstance(batch, Explanations) and isinstance(batch, list) and len(batch) == 2
+    df = batch.to_pandas()
+    assert list(df["text"].unique()) == ["good movie", "a film"] and df["probability"].between(0.5, 1).all()
+    assert len(df) == sum(e.num_layers * len(e.tokens) for e in batch)  # one row per input, layer, token

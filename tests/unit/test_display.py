@@ -97,9 +97,31 @@ def test_show_outside_a_notebook_writes_the_page_and_says_so(tmp_path, monkeypat
     monkeypatch.setattr("sys.platform", "linux")
     assert _explanation().show() is not None  # the figure comes back
     err = capsys.readouterr().err
-    (page,) = tmp_path.glob("attnflow-*.html")
+    (page,) = tmp_path.glob("attnflow-*/*.html")
     assert f"attnflow: wrote {page}" in err and "no browser" in err
     assert "POSITIVE" in page.read_text(encoding="utf-8")
+
+
+def test_show_writes_a_page_only_its_owner_can_read(tmp_path, monkeypatch):
+    """Round 5 (issue 57): show() in a script left a world-readable page (the user's text) in the
+    shared temp folder. Now a private folder (0700) holds a page of mode 0600, whatever the umask."""
+    import os
+    import stat
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setattr("sys.platform", "linux")
+    old = os.umask(0o022)  # the usual umask, which makes new files world-readable
+    try:
+        _explanation().show()
+    finally:
+        os.umask(old)
+    (page,) = tmp_path.glob("attnflow-*/*.html")
+    assert stat.S_IMODE(page.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(page.stat().st_mode) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == [page.parent.name]  # nothing else in the temp folder
 
 
 def test_show_opens_the_page_in_the_browser_when_there_is_a_display(tmp_path, monkeypatch, capsys):
@@ -111,7 +133,7 @@ def test_show_opens_the_page_in_the_browser_when_there_is_a_display(tmp_path, mo
     monkeypatch.setenv("DISPLAY", ":0")
     monkeypatch.setattr(webbrowser, "open", lambda uri: opened.append(uri) or True)
     _explanation().show()
-    (page,) = tmp_path.glob("attnflow-*.html")
+    (page,) = tmp_path.glob("attnflow-*/*.html")
     assert opened == [page.resolve().as_uri()] and "opened in the web browser" in capsys.readouterr().err
 
 
@@ -126,3 +148,37 @@ def test_the_notebook_frame_grows_with_layers_and_tokens_and_asks_the_page_for_i
     assert f"height:{frame_height(e)}px" in out and "attnflowHeight" in out
     page = html.unescape(re.search(r'srcdoc="([^"]*)"', out).group(1))
     assert "attnflowHeight" in page  # the page reports its height to the frame
+
+
+# -- batches as one table; save / load at the top level (issue 58) ---------------------------------
+
+
+def test_a_list_of_explanations_is_one_tidy_frame_with_the_input_and_its_prediction():
+    from attnflow.hf import Explanations, explanations_frame
+
+    first, second = _explanation(), _explanation()
+    second.text, second.logits = "bad movie", np.log([3.0, 1.0])  # p(prediction 1) = 1/4
+    batch = Explanations([first, second])
+    df = batch.to_pandas()
+    assert list(df.columns) == ["input", "text", "label", "probability", "method", "layer", "position",
+                                "token", "score"]  # fmt: skip
+    assert len(df) == 2 * (2 * 3 * 4) and sorted(df["input"].unique()) == [0, 1]
+    assert set(df[df.input == 1]["text"]) == {"bad movie"} and df[df.input == 1]["probability"].eq(0.25).all()
+    assert df[df.input == 0]["probability"].isna().all()  # no logits: no probability
+    one = df[df.input == 1].drop(columns=["input", "text", "label", "probability"]).reset_index(drop=True)
+    assert one.equals(second.to_pandas())  # each input's rows are its own to_pandas()
+    assert explanations_frame([first, second]).equals(df)  # a plain list too
+    with pytest.raises(TypeError, match=r"explanations\[1\] is a str"):
+        explanations_frame([first, "x"])
+
+
+def test_save_and_load_are_at_the_top_level_and_load_gives_a_table(tmp_path):
+    import attnflow
+
+    batch = [_explanation(), _explanation()]
+    path = attnflow.save(batch, tmp_path / "batch.json")
+    back = attnflow.load(path)
+    assert len(back) == 2 and back[0].tokens == batch[0].tokens
+    assert len(back.to_pandas()) == 2 * 2 * 3 * 4
+    assert attnflow.save(batch[0], tmp_path / "one.safetensors").exists()  # one explanation too
+    assert {"save", "load"} <= set(attnflow.__all__)

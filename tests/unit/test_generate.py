@@ -14,7 +14,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from attnflow.explain import EXPLAINERS, normalize_receptive_field, remove_sinks  # noqa: E402
+from attnflow.explain import normalize_receptive_field, remove_sinks  # noqa: E402
+from attnflow.methods import EXPLAINERS  # noqa: E402
 from attnflow.generate import (  # noqa: E402
     explain_generation,
     explain_generation_grid,

@@ -16,7 +16,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from attnflow import explain  # noqa: E402
+from attnflow import methods as records  # noqa: E402
 from attnflow.hf import (  # noqa: E402
     AttentionUnavailableError,
     Explanation,
@@ -333,7 +333,7 @@ def test_explain_text_gives_every_method_at_every_layer_for_the_cls_row(models, 
     # the maps are the registry's explainers on the model's attentions
     enc = bert_tokenizer(["the unbelievable movie"], return_tensors="pt")
     attn = forward_attentions(models["bert"], enc).attentions[0].double().numpy()
-    np.testing.assert_allclose(e.maps["flow"], explain.EXPLAINERS["flow"](attn, rows=[0])[:, 0], atol=1e-12)
+    np.testing.assert_allclose(e.maps["flow"], records.EXPLAINERS["flow"](attn, rows=[0])[:, 0], atol=1e-12)
     assert e.meta["special"] == [0, 6]
 
 
@@ -350,7 +350,7 @@ def test_merging_words_sums_the_explanation_consistently(models, bert_tokenizer)
 @pytest.mark.parametrize("rows", ["cls", "max", 1])
 def test_batched_texts_give_the_same_maps_as_one_at_a_time(models, bert_tokenizer, rows):
     texts = ["good movie", "the unbelievable movie", "good"]
-    methods = [m for m in ("rollout", "flow", "chefer") if m in explain.EXPLAINERS]
+    methods = [m for m in ("rollout", "flow", "chefer") if m in records.EXPLAINERS]
     batched = explain_texts(models["bert"], bert_tokenizer, texts, methods=methods, rows=rows, batch_size=3)
     for text, e in zip(texts, batched, strict=True):
         single = explain_text(models["bert"], bert_tokenizer, text, methods=methods, rows=rows)
@@ -412,7 +412,7 @@ def test_a_method_needing_attention_gradients_gets_them_for_the_predicted_class(
         seen["grad"] = attn_grad  # batch, layer, head, query, key
         return batch.aggregate((batch.heads() * attn_grad).clip(min=0), heads)  # heads averaged: [B, L, T, T]
 
-    monkeypatch.setitem(explain.EXPLAINERS, "gradx", grad_times_attn)
+    monkeypatch.setitem(records.EXPLAINERS, "gradx", grad_times_attn)
     e = explain_text(models["bert"], bert_tokenizer, "good movie", methods=["rollout", "gradx"])
     enc = bert_tokenizer(["good movie"], return_tensors="pt")
     ref = forward_attentions(models["bert"], enc, target="predicted")
@@ -422,7 +422,7 @@ def test_a_method_needing_attention_gradients_gets_them_for_the_predicted_class(
     assert e.maps["gradx"].shape == (2, 4)
     # an input nobody can provide is named
     monkeypatch.setitem(
-        explain.EXPLAINERS, "lrp", attention_method(needs=("relevance",))(lambda batch, **kw: None)
+        records.EXPLAINERS, "lrp", attention_method(needs=("relevance",))(lambda batch, **kw: None)
     )
     with pytest.raises(ValueError, match="relevance"):
         explain_text(models["bert"], bert_tokenizer, "good", methods="lrp")
@@ -442,7 +442,7 @@ def test_chefer_methods_get_gradients_and_lrp_relevance_of_the_predicted_class(
 
         lrp = lrp_relevance(model, enc["input_ids"], enc["attention_mask"], target=ref.target)
         extra["attn_relevance"] = lrp.attn_relevance[0].double().numpy()
-    expected = explain.EXPLAINERS[method](ref.attentions[0].double().numpy(), rows=[0], **extra)[:, 0]
+    expected = records.EXPLAINERS[method](ref.attentions[0].double().numpy(), rows=[0], **extra)[:, 0]
     np.testing.assert_allclose(e.maps[method], expected, atol=1e-9)
     assert e.maps[method].shape == (2, 7) and np.isfinite(e.maps[method]).all()
 

@@ -23,11 +23,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("lrp", "tasks", "tracking"),
     ("bridge",),  # model -> tensors: below every method and every API
     ("attnlrp",),
-    ("methods", "explain", "method_inputs"),  # the method records and their algorithms (on the kit)
-    ("schema", "capture", "stream"),  # stream: the methods computed inside the forward (on the bridge)
+    ("needs",),  # the model quantities a method reads: records, captured with hooks (torch, lazily)
+    ("explain",),  # the method kit and the algorithms: handed records and needs, never reading the records
+    ("methods", "method_inputs"),  # the method records (a name is resolved here, once) and their views
+    # stream: the methods computed inside the forward (on the bridge); stream_state: their accumulators
+    ("schema", "schema_types", "capture", "stream", "stream_state"),
     ("attribution", "hf", "lit"),  # the Python API (attnflow.hf) sits on the bridge
     ("generate", "compare"),
-    ("report", "cli", "pronouns"),  # the report, the command line, the studies on top of the API
+    ("report", "cli", "pronouns", "answer"),  # the report, the command line, the studies on top of the API
 )
 RANK = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
 # Modules whose unit is not their package's (none at present).

@@ -108,3 +108,73 @@ def test_faithfulness_layers_beyond_the_models_layers_are_refused_naming_the_key
         )  # fmt: skip
     message = str(info.value)
     assert "faithfulness.layers" in message and "99" in message and "6 layers" in message
+
+
+# -- round 5 (issue 57): what the config itself tells, checked at compose -----------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "start", "why"),
+    [
+        (["capture.target=99"], "capture.target='99'", "task agreement has 2 classes"),
+        (["capture.target=2"], "capture.target='2'", "a class index below 2"),
+        (["task.sst2.gradient_class=5"], "task.sst2.gradient_class='5'", "task sst2 has 2 classes"),
+        (
+            ["faithfulness.layers=[1,99]"],
+            "faithfulness.layers=[1, 99]",
+            "task agreement's model has 6 layers",
+        ),
+        (
+            ["task.agreement.model.n_layer=3", "faithfulness.layers=[4]"],
+            "faithfulness.layers=[4]",
+            "3 layers",
+        ),
+        (["tasks=[sst2]", "faithfulness.layers=[7]"], "faithfulness.layers=[7]", "(model.pretrained=minilm)"),
+    ],
+)
+def test_a_class_or_layer_the_task_does_not_have_is_refused_at_compose(overrides, start, why):
+    """The classes (the TaskSpec's labels) and the layers (model.n_layer, the packaged MiniLM's
+    config) are known before any stage runs: one line naming the key and value."""
+    with pytest.raises(ConfigError) as info:
+        compose(overrides)
+    message = str(info.value)
+    assert "\n" not in message and f": {start}: " in message and why in message, message
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["capture.target=1", "task.sst2.gradient_class=0"],
+        ["faithfulness.layers=[1,6]"],
+        ["tasks=[sst2]", "task.sst2.model.pretrained=distilbert-base-uncased", "faithfulness.layers=[12]"],
+    ],
+)
+def test_classes_and_layers_the_task_has_or_that_only_the_model_knows_pass(overrides):
+    """A hub model's layers are known once it loads: the stage checks them then (tests above)."""
+    compose(overrides)
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("'a\nb'", "'a\\nb'"),
+        ("'a\tb'", "'a\\tb'"),
+        ("a/b", "'a/b'"),
+        ("'a\\b'", "'a\\\\b'"),
+        ("'x y'", "'x y'"),
+        ("'.hidden'", "'.hidden'"),
+        ("'-rf'", "'-rf'"),
+    ],
+)
+def test_a_study_name_that_cannot_be_a_folder_name_is_refused_naming_it(value, shown):
+    with pytest.raises(ConfigError) as info:
+        compose([f"study={value}"])
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.split(": ", 1)[1].startswith(f"study={shown}: must be a name of letters"), message
+
+
+def test_a_control_character_in_the_experiment_name_is_refused():
+    with pytest.raises(ConfigError, match=r"tracking\.experiment='x\\ty': must be printable text"):
+        compose(["tracking.experiment='x\ty'"])
+    compose(["study=abnar2020-seeds.v2", "tracking.experiment='Abnar and Zuidema (2020)'"])

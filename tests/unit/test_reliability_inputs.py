@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnflow.explain import EXPLAINERS, _common
+from attnflow.explain import _common
+from attnflow.methods import EXPLAINERS
 from attnflow.explain._common import ROW_SUM_TOL, prepare
 from tests._tiny import make_tiny_bert
 
@@ -252,7 +253,7 @@ def test_explain_text_refuses_a_tokenizer_that_knows_only_special_tokens(tmp_pat
 @pytest.mark.parametrize("method", ["raw", "rollout", "flow"])
 def test_a_masked_array_is_refused_not_silently_unmasked(method):
     # np.asarray drops the mask: the hidden values behind masked entries would be used as attention.
-    from attnflow.explain import EXPLAINERS
+    from attnflow.methods import EXPLAINERS
 
     attn = np.full((2, 1, 3, 3), 1 / 3)
     masked = np.ma.masked_array(attn, mask=np.zeros_like(attn, dtype=bool))

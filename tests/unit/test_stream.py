@@ -188,11 +188,11 @@ def test_the_blocked_product_of_lower_triangular_matrices_is_the_product():
 
 def test_causal_rollout_takes_the_triangular_path_and_agrees(monkeypatch):
     """A causal LM's rollout runs the blocked triangular product (block of 2 rows here)."""
-    import attnflow.stream as stream
+    import attnflow.stream_state as stream_state
 
     calls = []
-    real = stream.tril_matmul
-    monkeypatch.setattr(stream, "tril_matmul", lambda a, b: calls.append(1) or real(a, b, 2))
+    real = stream_state.tril_matmul
+    monkeypatch.setattr(stream_state, "tril_matmul", lambda a, b: calls.append(1) or real(a, b, 2))
     model, batch = MODELS["llama"], _batch()
     got = stream_maps(model, batch, ROWS, ("rollout",), dtype=torch.float64)
     assert len(calls) == 2  # layers 2 and 3
@@ -265,7 +265,7 @@ def test_a_large_causal_graph_is_kept_packed_and_gives_the_dense_flow(monkeypatc
     triangles and flow is read from them in place; the values are the dense solver's (on the
     classic capture) to 1e-12 (GPT-2 to its forwards' rounding, F32_FORWARD_TOL)."""
     import attnflow.explain.flow as flow_module
-    import attnflow.stream as stream
+    import attnflow.stream_state as stream_state
 
     model, batch = MODELS[family].eval(), _batch()  # eval: GPT-2's attention dropout off
     batch = {"input_ids": batch["input_ids"], "attention_mask": torch.ones_like(batch["attention_mask"])}
@@ -274,7 +274,7 @@ def test_a_large_causal_graph_is_kept_packed_and_gives_the_dense_flow(monkeypatc
     calls = []
     real = flow_module.flow_rows_packed
     monkeypatch.setattr(flow_module, "flow_rows_packed", lambda *a: calls.append(a[0].shape) or real(*a))
-    monkeypatch.setattr(stream, "FLOW_PACKED_BYTES", 0)
+    monkeypatch.setattr(stream_state, "FLOW_PACKED_BYTES", 0)
     packed = stream_maps(model, batch, ROWS, ("flow",), dtype=torch.float64, flow_layers=[1, 2])["flow"]
     assert calls == [(3, 9 * 10 // 2)] * 2  # one call per sample, (layers, T (T + 1) / 2)
     np.testing.assert_allclose(packed, torch.stack(dense), atol=_forward_tol(family, F64_TOL), rtol=0)
@@ -282,17 +282,17 @@ def test_a_large_causal_graph_is_kept_packed_and_gives_the_dense_flow(monkeypatc
 
 def test_a_small_graph_a_padded_batch_or_an_encoder_keeps_the_dense_layout(monkeypatch):
     """The study's short inputs keep the dense solver's numbers bit for bit."""
-    import attnflow.stream as stream
+    import attnflow.stream_state as stream_state
 
     batch = {"input_ids": _batch()["input_ids"]}
     seen = []
-    real = stream.StreamState.keep_caps
+    real = stream_state.StreamState.keep_caps
     monkeypatch.setattr(
-        stream.StreamState, "keep_caps", lambda self, a: real(self, a) or seen.append(self.packed)
+        stream_state.StreamState, "keep_caps", lambda self, a: real(self, a) or seen.append(self.packed)
     )
     stream_maps(MODELS["llama"], batch, ROWS, ("flow",), dtype=torch.float64, flow_layers=[2])  # 9 tokens
     assert seen == [False] * 3
-    monkeypatch.setattr(stream, "FLOW_PACKED_BYTES", 0)
+    monkeypatch.setattr(stream_state, "FLOW_PACKED_BYTES", 0)
     seen.clear()
     for family in ("llama", "bert"):  # padded; not causal
         batch = _batch() if family == "llama" else {"input_ids": _batch()["input_ids"]}
@@ -301,10 +301,10 @@ def test_a_small_graph_a_padded_batch_or_an_encoder_keeps_the_dense_layout(monke
 
 
 def test_a_layer_that_sees_ahead_turns_the_packed_layers_back_to_dense(monkeypatch):
-    import attnflow.stream as stream
+    import attnflow.stream_state as stream_state
 
-    monkeypatch.setattr(stream, "FLOW_PACKED_BYTES", 0)
-    state = stream.StreamState(torch.tensor([[3]]), torch.ones(1, 4, dtype=torch.bool), ("flow",), 3)
+    monkeypatch.setattr(stream_state, "FLOW_PACKED_BYTES", 0)
+    state = stream_state.StreamState(torch.tensor([[3]]), torch.ones(1, 4, dtype=torch.bool), ("flow",), 3)
     g = torch.Generator().manual_seed(0)
     layers = [torch.rand(1, 4, 4, generator=g, dtype=torch.float64) for _ in range(3)]
     layers[0], layers[1] = layers[0].tril(), layers[1].tril()  # the third sees ahead

@@ -1,6 +1,7 @@
 """The colour rule of every picture (attnflow.viz.scale): a uniform map is not drawn as important.
 
-Rule: s = v / sum|v| over the shaded tokens, shade = sign(v) clip(log(n s) / log(n), 0, 1).
+Rule: R = max over rows of sum|v| over the shaded tokens (one scale for the whole matrix),
+s = |v| / R, shade = sign(v) clip(log(n s) / log(n), 0, 1).
 """
 
 from __future__ import annotations
@@ -63,7 +64,9 @@ def test_a_near_uniform_map_is_drawn_near_white_in_the_png_not_as_maximal():
 
 
 def _shades_js() -> str:
-    return re.search(r"function shades\(item, row\) \{.*?\n  \}\n", _JS, re.S).group(0)
+    return re.search(r"function reference\(item, mat\) \{.*?\n  function rowPercent", _JS, re.S).group(0)[
+        : -len("  function rowPercent")
+    ]
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node not installed: cannot run the page's script")
@@ -74,7 +77,8 @@ def test_the_html_page_shades_by_the_same_rule_as_the_png():
         f"var item = {{muted: {json.dumps(muted)}, columns: {json.dumps(TOKENS)}}};\n"
         + "function isMuted(item, j) { return item.muted.indexOf(j) >= 0; }\n"
         + _shades_js()
-        + f"console.log(JSON.stringify({json.dumps(rows)}.map(function (r) {{ return shades(item, r); }})));"
+        + f"var mat = {json.dumps(rows)}; var ref = reference(item, mat);\n"
+        + "console.log(JSON.stringify(mat.map(function (r) { return shades(item, r, ref); })));"
     )
     out = subprocess.run(
         ["node", "-e", script], capture_output=True, text=True, timeout=60, check=True

@@ -8,7 +8,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .patch import architecture, attnlrp_rules
+from attnflow.bridge.grad import frozen_parameters
+from attnflow.modes import keeps_logits
+
+from .patch import ATTENTION, architecture, attnlrp_rules
 
 __all__ = ["AttnLRPResult", "attnlrp", "attnlrp_batch", "pools_last_token"]
 
@@ -30,7 +33,9 @@ class AttnLRPResult:
     position_relevance: Tensor | None  # (T,) R(absolute position embeddings); None if the model has none
     token_type_relevance: Tensor | None  # (T,) R(token-type embeddings); None if the model has none
     hidden_relevance: Tensor  # (L + 1, T) R(output_hidden_states[i]), summed over hidden
-    attn_relevance: Tensor  # (L, T, T) R(attention probabilities), query x key, summed over heads
+    # (L, T, T) R(attention probabilities), query x key, summed over heads; None unless the
+    # attention ran eager (attention="sdpa" / "checkpoint" never hold the probabilities)
+    attn_relevance: Tensor | None
     softmax_absorbed: Tensor  # (L,) relevance not passed on by each layer's softmax rule
     residual: Tensor  # () logit − Σ input_relevance
     embedding_residual: Tensor  # () logit − Σ (input + position + token type relevance)
@@ -46,6 +51,7 @@ def attnlrp(
     position: int = -1,
     epsilon: float = 0.0,
     token_type_ids: Tensor | None = None,
+    attention: str = "eager",
 ) -> AttnLRPResult:
     """AttnLRP (Achtibat et al., ICML 2024) relevance of one logit, as lxt's efficient implementation.
 
@@ -63,6 +69,10 @@ def attnlrp(
     target: the class (classifiers) or vocabulary index (LMs); None = the argmax.
     position: LMs only: the position whose next-token logit is explained (-1: the last).
     epsilon: of the ε rule on every linear layer (0: gradient x input, as lxt's efficient API).
+    attention: "eager" (the model must be loaded eager; ``attn_relevance`` filled), "sdpa" (torch's
+    fused attention, forward and backward: no (H, T, T) tensor is kept, so long inputs fit) or
+    "checkpoint" (eager attention recomputed in the backward); the last two leave ``attn_relevance``
+    None and give the other fields equal to eager's to float rounding (``attnflow.attnlrp.patch``).
 
     >>> from transformers import BertConfig, BertForSequenceClassification
     >>> _ = torch.manual_seed(0)
@@ -85,14 +95,14 @@ def attnlrp(
     types = None if token_type_ids is None else token_type_ids.reshape(ids.shape)
     (result,) = attnlrp_batch(
         model, ids, mask, targets=[target], positions=[position], epsilon=epsilon, token_type_ids=types,
-        lengths=[ids.shape[1]],
+        lengths=[ids.shape[1]], attention=attention,
     )  # fmt: skip
     return result
 
 
 def pools_last_token(model: nn.Module) -> bool:
     """Whether the model is a decoder classifier (its head reads the last token, not [CLS])."""
-    arch = architecture(model)
+    arch = architecture(model, eager=False)
     return arch.head == "classifier" and arch.backbone != "bert"
 
 
@@ -106,6 +116,7 @@ def attnlrp_batch(
     epsilon: float = 0.0,
     token_type_ids: Tensor | None = None,
     lengths: Sequence[int] | None = None,
+    attention: str = "eager",
 ) -> list[AttnLRPResult]:
     """``attnlrp`` of each sequence of a right-padded batch (B, T), in ONE forward and ONE backward.
 
@@ -116,8 +127,12 @@ def attnlrp_batch(
     tokens: -1 is each sample's last). Position and token-type ids are passed per sample, so their
     relevance is each sample's own. A decoder classifier pools its last token: it is refused with
     padding (with inputs_embeds it cannot find the padding; run equal lengths or one at a time).
+    attention: as ``attnlrp``'s. A language model's logits are formed at the explained positions
+    only (never (B, T, V)).
     """
-    arch = architecture(model)
+    if attention not in ATTENTION:
+        raise ValueError(f"attnlrp attention must be one of {', '.join(ATTENTION)}, got {attention!r}")
+    arch = architecture(model, eager=attention == "eager")
     if input_ids.ndim != 2:
         raise ValueError(f"attnlrp_batch takes input_ids (B, T), got {tuple(input_ids.shape)}")
     bsz, tokens = input_ids.shape
@@ -152,14 +167,25 @@ def attnlrp_batch(
         kwargs["token_type_ids"] = token_type_ids
     if "position" in arch.embeddings:  # per-sample position embeddings: (B, T, C), not (1, T, C)
         kwargs["position_ids"] = torch.arange(tokens, device=input_ids.device).expand(bsz, tokens)
+    keep = None  # the positions whose logits the LM head forms (sorted), None: every position
     if arch.head == "lm":
         kwargs["use_cache"] = False
+        if keeps_logits(model):
+            at = [p if p >= 0 else n + p for p, n in zip(positions, lengths, strict=True)]
+            if all(0 <= p < n for p, n in zip(at, lengths, strict=True)):  # else refused below
+                keep = torch.tensor(sorted(set(at)), device=device)
+                kwargs["logits_to_keep"] = keep
     # a leaf copy of the word embeddings: its gradient is all we need from the embedding table
     with torch.no_grad():
         embeds = model.get_input_embeddings()(input_ids)  # (B, T, C)
     embeds.requires_grad_(True)
 
-    with torch.enable_grad(), attnlrp_rules(model, epsilon=epsilon) as record:
+    # no parameter gradient is asked for: frozen, autograd keeps only what ∂/∂activations needs
+    with (
+        torch.enable_grad(),
+        frozen_parameters(model),
+        attnlrp_rules(model, epsilon=epsilon, attention=attention) as record,
+    ):
         logits = model(inputs_embeds=embeds, **kwargs).logits
         rows = []  # (C,) or (V,) per sample
         for b in range(bsz):
@@ -168,7 +194,10 @@ def attnlrp_batch(
                 raise ValueError(
                     f"position {positions[b]} out of range for sample {b} of {lengths[b]} tokens"
                 )
-            rows.append(logits[b] if arch.head == "classifier" else logits[b, pos])
+            if arch.head == "classifier":
+                rows.append(logits[b])
+            else:  # (T, V) or, with logits_to_keep, (K, V) at the sorted positions `keep`
+                rows.append(logits[b, pos] if keep is None else logits[b, int(torch.searchsorted(keep, pos))])
         chosen = []
         for b, row in enumerate(rows):
             t = int(row.argmax()) if targets[b] is None else int(targets[b])
@@ -177,7 +206,14 @@ def attnlrp_batch(
             chosen.append(t)
         explained = torch.stack([row[t] for row, t in zip(rows, chosen, strict=True)])  # (B,)
         qk = {id(x): x for x, _ in (*record.q, *record.k)}  # a fused projection is one tensor
-        tensors = [embeds, *record.embeddings.values(), *record.hidden, *record.attn, *qk.values()]
+        tensors = [
+            embeds,
+            *record.embeddings.values(),
+            *record.hidden,
+            *record.attn,
+            *qk.values(),
+            *record.out,
+        ]
         # one backward of Σ_b y_b; only these tensors' gradients (no parameter .grad is written)
         grads = torch.autograd.grad(explained.sum(), tensors, allow_unused=True, materialize_grads=True)
 
@@ -193,14 +229,16 @@ def attnlrp_batch(
             extra = {name: rel(x).sum(-1) for name, x in record.embeddings.items()}  # name -> (T,)
             hidden = torch.stack([rel(h).sum(-1) for h in record.hidden])  # (L + 1, T)
             # (L, T, T): heads summed; ½: the share of A in the uniform rule on A·V (v gets the other ½)
-            attn = torch.stack([0.5 * rel(a)[..., :n].sum(0) for a in record.attn])
+            attn = torch.stack([0.5 * rel(a)[..., :n].sum(0) for a in record.attn]) if record.attn else None
+            if attn is not None:
+                attn_total = attn.sum((1, 2))  # (L,) Σ R(A)
+            else:  # Σ_ij A_ij ∂A_ij = Σ_i O_i · ∂O_i (∂A = ∂O Vᵀ): the outputs (B, T, H, D) suffice
+                attn_total = torch.stack([0.5 * (o[b, :n] * grad_of[id(o)][b, :n]).sum() for o in record.out])
 
             def projection_relevance(pairs: list[tuple[Tensor, slice]], rel=rel) -> Tensor:
                 return torch.stack([rel(x)[..., part].sum() for x, part in pairs])  # (L,)
 
-            softmax_absorbed = (
-                attn.sum((1, 2)) - projection_relevance(record.q) - projection_relevance(record.k)
-            )
+            softmax_absorbed = attn_total - projection_relevance(record.q) - projection_relevance(record.k)
             logit = explained[b].detach()
             embedding_residual = logit - inputs.sum() - sum(r.sum() for r in extra.values())
             results.append(

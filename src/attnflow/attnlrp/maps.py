@@ -10,7 +10,10 @@ sums to y up to what the softmax rule and biases absorb (`AttnLRPResult`). The m
 on an attention row: it explains the output (the classifier's pooled token, the LM's position).
 
 The relevances are computed by the model's own forward and backward, on its device and in its
-dtype; `relevance_map` reads the map off an `AttnLRPResult` there (a torch tensor, nothing copied
+dtype, with the attention in torch's fused kernels (``MAP_ATTENTION``: the map needs no R(A), so no
+(H, T, T) probabilities are kept and long inputs fit; the values equal the eager attention's to
+float rounding, ``tests/unit/attnlrp/test_attnlrp_long.py``); `relevance_map` reads the map off
+an `AttnLRPResult` there (a torch tensor, nothing copied
 to the host). The functions below hand the study and the API float64 numpy maps, converted last.
 """
 
@@ -27,6 +30,8 @@ from .api import AttnLRPResult, attnlrp, attnlrp_batch, pools_last_token
 __all__ = ["METHOD", "attnlrp_map", "attnlrp_maps", "context_maps", "generation_maps", "relevance_map"]
 
 METHOD = "attnlrp"
+# how the maps run the attention (`attnflow.attnlrp.patch.ATTENTION`): fused, forward and backward
+MAP_ATTENTION = "sdpa"
 
 
 def attnlrp_map(
@@ -37,11 +42,13 @@ def attnlrp_map(
     position: int = -1,
     token_type_ids: torch.Tensor | None = None,
     epsilon: float = 0.0,
+    attention: str = MAP_ATTENTION,
 ) -> np.ndarray:
     """(L, T) float64 map of one sequence of real tokens (no padding); see the module docstring."""
     res = attnlrp(
-        model, input_ids, target=target, position=position, epsilon=epsilon, token_type_ids=token_type_ids
-    )
+        model, input_ids, target=target, position=position, epsilon=epsilon, token_type_ids=token_type_ids,
+        attention=attention,
+    )  # fmt: skip
     return _as_map(res)
 
 
@@ -72,6 +79,7 @@ def attnlrp_maps(
     targets: Sequence[int | None],
     positions: Sequence[int] | None = None,
     token_type_ids: torch.Tensor | None = None,
+    attention: str = MAP_ATTENTION,
 ) -> list[np.ndarray]:
     """One `attnlrp_map` per sample of a padded batch (B, T): `valid` (B, T) marks real tokens;
     `positions` (absolute, LMs) the explained position of each sample (default: its last token).
@@ -91,14 +99,21 @@ def attnlrp_maps(
     if right_padded and not (pools_last and len(lengths) > 1):
         mask = torch.as_tensor(valid, device=input_ids.device).long()
         results = attnlrp_batch(model, input_ids, mask, targets=targets, positions=pos,
-                                token_type_ids=token_type_ids, lengths=lengths)  # fmt: skip
+                                token_type_ids=token_type_ids, lengths=lengths, attention=attention)  # fmt: skip
         return [_as_map(r) for r in results]
     maps = []
     for b in range(input_ids.shape[0]):
         keep = torch.as_tensor(real[b], device=input_ids.device)
         types = None if token_type_ids is None else token_type_ids[b, keep]
         maps.append(
-            attnlrp_map(model, input_ids[b, keep], target=targets[b], position=pos[b], token_type_ids=types)
+            attnlrp_map(
+                model,
+                input_ids[b, keep],
+                target=targets[b],
+                position=pos[b],
+                token_type_ids=types,
+                attention=attention,
+            )
         )
     return maps
 
@@ -106,8 +121,6 @@ def attnlrp_maps(
 def context_maps(ctx: Any, valid: np.ndarray, positions: torch.Tensor | None) -> list[np.ndarray]:
     """AttnLRP maps (L, T_b) per sample of one forward of `attnflow.hf` (`ctx`: its InputContext:
     model, inputs, the bridge's output and target), for the class / token the forward explained."""
-    from attnflow.bridge.eager import eager_attention
-
     ids = ctx.inputs.get("input_ids") if isinstance(ctx.inputs, Mapping) else None
     if not isinstance(ids, torch.Tensor):
         raise ValueError("attnlrp explains token inputs (input_ids); images are not supported")
@@ -116,12 +129,12 @@ def context_maps(ctx: Any, valid: np.ndarray, positions: torch.Tensor | None) ->
         raise ValueError(
             "attnlrp explains a class or token id: pass target as 'predicted' or ids, not a callable"
         )
-    with eager_attention(ctx.model):
-        return attnlrp_maps(
-            ctx.model, ids, valid, targets=[int(t) for t in targets],
-            positions=None if ctx.out.positions is None else ctx.out.positions.tolist(),
-            token_type_ids=ctx.inputs.get("token_type_ids"),
-        )  # fmt: skip
+    # the attention runs as MAP_ATTENTION says, whatever the model was loaded with
+    return attnlrp_maps(
+        ctx.model, ids, valid, targets=[int(t) for t in targets],
+        positions=None if ctx.out.positions is None else ctx.out.positions.tolist(),
+        token_type_ids=ctx.inputs.get("token_type_ids"),
+    )  # fmt: skip
 
 
 def generation_maps(model: Any, run: Any, *, chunk: int = 8) -> np.ndarray:
@@ -133,26 +146,21 @@ def generation_maps(model: Any, run: Any, *, chunk: int = 8) -> np.ndarray:
     sequence gives the full sequence's row) are right-padded batches of `chunk` tokens' prefixes:
     one forward and one backward per chunk (`attnlrp_batch`).
     """
-    from attnflow.bridge.eager import eager_attention
     from attnflow.devices import model_device
 
     device = model_device(model)
     seq = run.prompt_ids + run.generated_ids[:-1]
     p, n = len(run.prompt_ids), len(run.generated_ids)
     out = np.zeros((n, run.attn.shape[0], len(seq)))
-    with eager_attention(model):
-        for start in range(0, n, chunk):
-            steps = range(start, min(start + chunk, n))
-            lengths = [p + t for t in steps]
-            ids = torch.zeros((len(lengths), max(lengths)), dtype=torch.long, device=device)
-            for row, t in enumerate(steps):
-                ids[row, : p + t] = torch.tensor(seq[: p + t], device=device)
-            mask = (
-                torch.arange(max(lengths), device=device)[None]
-                < torch.tensor(lengths, device=device)[:, None]
-            )
-            results = attnlrp_batch(model, ids, mask.long(), targets=[int(run.generated_ids[t]) for t in steps],
-                                    lengths=lengths)  # fmt: skip
-            for t, res in zip(steps, results, strict=True):
-                out[t, :, : p + t] = _as_map(res)
+    for start in range(0, n, chunk):
+        steps = range(start, min(start + chunk, n))
+        lengths = [p + t for t in steps]
+        ids = torch.zeros((len(lengths), max(lengths)), dtype=torch.long, device=device)
+        for row, t in enumerate(steps):
+            ids[row, : p + t] = torch.tensor(seq[: p + t], device=device)
+        mask = torch.arange(max(lengths), device=device)[None] < torch.tensor(lengths, device=device)[:, None]
+        results = attnlrp_batch(model, ids, mask.long(), targets=[int(run.generated_ids[t]) for t in steps],
+                                lengths=lengths, attention=MAP_ATTENTION)  # fmt: skip
+        for t, res in zip(steps, results, strict=True):
+            out[t, :, : p + t] = _as_map(res)
     return out

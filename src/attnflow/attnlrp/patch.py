@@ -13,6 +13,14 @@ Nothing global is touched: transformers' modules and functions stay as they are.
   probabilities, the q and k projections);
 - the model is in eval mode (dropout = identity, as lxt).
 
+``attention`` picks how the attention itself runs (the rules never change it, they only scale
+the gradients at q, k, v): "eager" (the model's eager attention; its probabilities recorded, so
+that R(A) can be read off them), "sdpa" (torch's fused scaled-dot-product kernels, which never
+form the (B, H, T, T) probabilities, forward or backward) or "checkpoint" (the eager attention,
+its probabilities recomputed in the backward instead of saved). The last two record each layer's
+attention output O = A·V instead of A: Σ A ⊙ ∂A = Σ O ⊙ ∂O (∂A = ∂O Vᵀ, so
+Σ_j A_ij ∂A_ij = ∂O_i · Σ_j A_ij V_j), which is all the conservation bookkeeping needs.
+
 On exit, even on error, the instance attributes are removed, the hooks detached and every
 module's train/eval flag restored: the instance is as before.
 """
@@ -20,6 +28,8 @@ module's train/eval flag restored: the instance is as before.
 from __future__ import annotations
 
 import contextlib
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -27,11 +37,13 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from .rules import epsilon_rule, identity_rule, layer_norm_identity, rms_norm_identity, scale_gradient
 
 __all__ = [
     "ARCHITECTURES",
+    "ATTENTION",
     "SUPPORTED",
     "Architecture",
     "Recording",
@@ -43,6 +55,12 @@ __all__ = [
 Q_K_FACTOR = 0.25  # uniform rule on q·kᵀ (1/2) times the A share of the uniform rule on A·V (1/2)
 V_FACTOR = 0.5  # uniform rule on A·V
 GATE_FACTOR = 0.5  # uniform rule on act(gate) · up
+# How the attention runs under the rules (see the module docstring): eager records A; the others
+# never keep a (B, H, T, T) tensor for the backward and record the attention output instead.
+ATTENTION = ("eager", "sdpa", "checkpoint")
+# the names they are registered under in transformers' AttentionInterface
+_IMPLEMENTATIONS = {"sdpa": "attnflow_lrp_sdpa", "checkpoint": "attnflow_lrp_checkpoint"}
+_local = threading.local()
 
 
 @dataclass(frozen=True)
@@ -92,8 +110,9 @@ _ACTIVATIONS = {"GELUActivation", "NewGELUActivation", "GELU", "SiLUActivation",
 _GATED_MLPS = {"LlamaMLP"}
 
 
-def architecture(model: nn.Module) -> Architecture:
-    """The model's ``Architecture``; refuses (one line) an unsupported class or non-eager attention."""
+def architecture(model: nn.Module, *, eager: bool = True) -> Architecture:
+    """The model's ``Architecture``; refuses (one line) an unsupported class or, with eager=True
+    (the rules on recorded probabilities), non-eager attention."""
     name = type(model).__name__
     if name not in ARCHITECTURES:
         raise TypeError(
@@ -101,7 +120,7 @@ def architecture(model: nn.Module) -> Architecture:
             "attnflow.attnlrp.register_architecture(name, Architecture(...)) (docs/develop/add-a-method.md)"
         )
     impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
-    if impl != "eager":
+    if eager and impl != "eager":
         raise ValueError(
             f"attnlrp needs eager attention (it rewrites the gradient of the attention probabilities); "
             f"{name} uses {impl!r}: load it with attn_implementation='eager'"
@@ -120,6 +139,7 @@ class Recording:
     # separate projections record (q, :) and (k, :); a fused [q | k | v] one its thirds
     q: list[tuple[Tensor, slice]] = field(default_factory=list)
     k: list[tuple[Tensor, slice]] = field(default_factory=list)
+    out: list[Tensor] = field(default_factory=list)  # L x (B, T, H, D) attention outputs (not eager)
 
 
 def _get(module: nn.Module, path: str) -> Any:
@@ -169,13 +189,17 @@ def _is_linear(module: nn.Module) -> bool:
 
 
 @contextlib.contextmanager
-def attnlrp_rules(model: nn.Module, *, epsilon: float = 0.0) -> Iterator[Recording]:
+def attnlrp_rules(model: nn.Module, *, epsilon: float = 0.0, attention: str = "eager") -> Iterator[Recording]:
     """Within the block, ``model``'s backward is AttnLRP's; yields the ``Recording`` of the forward.
 
     Run one forward on ``inputs_embeds`` inside the block, then x ⊙ ∂logit/∂x is the AttnLRP
-    relevance of every recorded x. The instance is restored on exit, also on error.
+    relevance of every recorded x. attention: one of ATTENTION (module docstring); "eager" needs
+    a model loaded with eager attention, the others set their own for the block. The instance is
+    restored on exit, also on error.
     """
-    arch = architecture(model)
+    if attention not in ATTENTION:
+        raise ValueError(f"attnlrp attention must be one of {', '.join(ATTENTION)}, got {attention!r}")
+    arch = architecture(model, eager=attention == "eager")
     backbone = _get(model, arch.backbone)
     layers = list(_get(backbone, arch.layers))
     record = Recording()
@@ -183,8 +207,16 @@ def attnlrp_rules(model: nn.Module, *, epsilon: float = 0.0) -> Iterator[Recordi
     swapped: list[tuple[nn.Module, Any]] = []  # (module, its instance-level forward or None)
     training = {m: m.training for m in model.modules()}
     missing = object()
+    configs = [] if attention == "eager" else _attention_configs(model)
+    saved_impl = [(config, config._attn_implementation) for config in configs]
+    previous = getattr(_local, "record", None)
     try:
         model.eval()
+        if attention != "eager":
+            _register(attention)
+            for config in configs:
+                config._attn_implementation_internal = _IMPLEMENTATIONS[attention]
+            _local.record = record
         for module in model.modules():
             forward = _rule_forward(module)
             if forward is not None:
@@ -212,18 +244,22 @@ def attnlrp_rules(model: nn.Module, *, epsilon: float = 0.0) -> Iterator[Recordi
             )
 
         for layer in layers:
-            attention = _get(layer, arch.attention)
-            handles.append(attention.register_forward_hook(lambda m, a, out: record.attn.append(out[1])))
+            module = _get(layer, arch.attention)
+            if attention == "eager":
+                handles.append(module.register_forward_hook(lambda m, a, out: record.attn.append(out[1])))
             if len(arch.qkv) == 1:  # fused [q | k | v] along the last axis
-                handles.append(_get(attention, arch.qkv[0]).register_forward_hook(_fused_qkv_hook(record)))
+                handles.append(_get(module, arch.qkv[0]).register_forward_hook(_fused_qkv_hook(record)))
             else:
                 for part, proj, factor in zip(
                     "qkv", arch.qkv, (Q_K_FACTOR, Q_K_FACTOR, V_FACTOR), strict=True
                 ):
                     target = getattr(record, part) if part != "v" else None
-                    handles.append(_get(attention, proj).register_forward_hook(_qkv_hook(target, factor)))
+                    handles.append(_get(module, proj).register_forward_hook(_qkv_hook(target, factor)))
         yield record
     finally:
+        _local.record = previous
+        for config, impl in saved_impl:
+            config._attn_implementation_internal = impl
         for handle in handles:
             handle.remove()
         for module, forward in swapped:
@@ -235,9 +271,12 @@ def attnlrp_rules(model: nn.Module, *, epsilon: float = 0.0) -> Iterator[Recordi
             module.training = flag
 
 
-def _recorder(store: dict[str, Tensor], name: str) -> Callable[..., None]:
-    def hook(module: nn.Module, args: tuple, output: Tensor) -> None:
+def _recorder(store: dict[str, Tensor], name: str) -> Callable[..., Tensor]:
+    def hook(module: nn.Module, args: tuple, output: Tensor) -> Tensor:
+        if torch.is_grad_enabled() and not output.requires_grad:  # a frozen table: its output a leaf
+            output = output.detach().requires_grad_(True)  # (same value, same gradient downstream)
         store[name] = output
+        return output
 
     return hook
 
@@ -262,3 +301,48 @@ def _fused_qkv_hook(record: Recording) -> Callable[..., Tensor]:
         return scale_gradient(output, factor)
 
     return hook
+
+
+def _attention_configs(model: nn.Module) -> list[Any]:
+    from attnflow.bridge.eager import attention_configs
+
+    return attention_configs(model)
+
+
+def _register(attention: str) -> None:
+    """Register the attention of one ATTENTION mode (not eager) in transformers' interfaces, once."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    name = _IMPLEMENTATIONS[attention]
+    if name not in AttentionInterface._global_mapping:
+        AttentionInterface.register(name, partial(_recorded_attention, attention))
+        mask = "sdpa" if attention == "sdpa" else "eager"  # the mask layout of the kernel that runs
+        AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[mask])
+
+
+def _recorded_attention(
+    attention: str, module: nn.Module, query: Tensor, key: Tensor, value: Tensor, mask: Any = None, **kwargs
+) -> tuple[Tensor, None]:
+    """The attention of one ATTENTION mode: torch's fused kernels ("sdpa") or the model's eager
+    attention recomputed in the backward ("checkpoint"); records the output (B, T, H, D) in the
+    active ``Recording`` and returns no probabilities."""
+    if attention == "sdpa":
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        out, _ = sdpa_attention_forward(module, query, key, value, mask, **kwargs)
+    else:
+        eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+        if eager is None:
+            raise RuntimeError(
+                f"{type(module).__name__} has no eager_attention_forward in {type(module).__module__}: "
+                "attnlrp's checkpointed attention needs transformers' attention interface"
+            )
+        if torch.is_grad_enabled():  # probabilities recomputed in the backward, never saved
+            out, _ = checkpoint(eager, module, query, key, value, mask, use_reentrant=False, **kwargs)
+        else:
+            out, _ = eager(module, query, key, value, mask, **kwargs)
+    record = getattr(_local, "record", None)
+    if record is not None:
+        record.out.append(out)
+    return out, None

@@ -50,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from attnflow.cli import stdout
 
     stdout.reset()  # a second call in one process starts with a working stdout again
+    stdout.standard_streams()  # ``2>&-`` / ``>&-``: /dev/null in their place, before any file is opened
     parser = build_parser()
     args = parser.parse_args(argv)
     debug = args.debug or os.environ.get("ATTNFLOW_DEBUG", "") not in ("", "0")
@@ -88,10 +89,13 @@ def run() -> None:
         raise SystemExit(code)
     import logging
 
-    logging.shutdown()
+    try:  # a handler's stream set to None or closed since (a library's, on sys.stderr) costs no traceback
+        logging.shutdown()
+    except (OSError, ValueError, AttributeError):
+        pass
     for stream in (sys.stdout, sys.stderr):
         try:  # main flushed stdout and said any failure; a stream gone since costs no traceback
             stream.flush()
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError):  # AttributeError: a stream set to None since
             pass
     os._exit(code)

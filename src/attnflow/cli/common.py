@@ -54,10 +54,10 @@ def parse_formats(text: str) -> list[str]:
 
 
 def parse_methods(text: str) -> list[str]:
-    """Comma-separated method names, checked against attnflow.explain.EXPLAINERS and the model-level
-    methods (attnlrp) without importing torch."""
-    from attnflow.explain import EXPLAINERS
-    from attnflow.method_inputs import MODEL_METHODS
+    """Comma-separated method names, checked against the method records (attnflow.methods: the
+    attention methods and the model-level ones, attnlrp, value_zeroing; a registered one too)
+    without importing torch."""
+    from attnflow.methods import EXPLAINERS, MODEL_METHODS
 
     choices = sorted([*EXPLAINERS, *MODEL_METHODS])
     methods = [m.strip() for m in text.split(",") if m.strip()]
@@ -76,12 +76,22 @@ def parse_rows(text: str) -> str | int:
         raise CLIError(f"--rows {text!r}: choose from {', '.join(ROW_CHOICES)} or a token index") from None
 
 
-def load(name: str, device: str) -> tuple[Any, Any]:
-    """(model, tokenizer or image processor) for --model, with the errors a user can act on."""
-    from attnflow.hf import UnsafeCheckpointError, load_model
+def load(name: str, device: str, *, cache: str | None = None, quiet: bool = False) -> tuple[Any, Any]:
+    """(model, tokenizer or image processor) for --model, with the errors a user can act on.
+
+    Every verb resolves --model the same way (`attnflow.models.names.resolve_name`: "minilm",
+    "minilm-sst2", "smollm2", a folder, a hub id); unless quiet, one line on stderr says what was
+    loaded (class, family, layers, dtype, device)."""
+    import sys
+
+    from attnflow.hf import UnsafeCheckpointError
+    from attnflow.hf.loading import load_described
 
     try:
-        return load_model(name, device=device)
+        model, processor, line = load_described(name, device=device, cache=cache)
+        if not quiet:
+            print(f"attnflow: {line}", file=sys.stderr)
+        return model, processor
     except (FileNotFoundError, UnsafeCheckpointError) as exc:
         raise CLIError(f"--model {name}: {exc}") from None
     except (OSError, ValueError, KeyError) as exc:

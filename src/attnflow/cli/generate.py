@@ -45,7 +45,7 @@ def _add_generate(sub: Any) -> None:
     p.add_argument(
         "--model",
         required=True,
-        help="hub name, local folder, or 'smollm2' (the packaged SmolLM2-135M-Instruct)",
+        help="hub name, local folder, or 'smollm2' (the packaged SmolLM2-135M-Instruct, converted on first use)",
     )
     p.add_argument("--prompt", action="append", help="prompt to complete (repeat for several)")
     p.add_argument("--file", help="one prompt per non-empty line of this file ('-' = stdin)")
@@ -151,6 +151,35 @@ def _layer_text(layer: int | str, n_layers: int) -> str:
     )
 
 
+def drop_reading(summary: dict[Any, dict[int, float]], methods: list[str]) -> str:
+    """One line reading the log-prob drops against the random baseline ("" without one).
+
+    The drop is log p(completion) lost when the k prompt tokens a method ranks highest are deleted;
+    "random" deletes k random ones. Above random: the method's top tokens matter more than a random
+    pick. Below random: deleting them costs less than deleting random tokens, so the ranking points
+    away from what the completion rests on (attention sinks, function words): worse than guessing.
+
+    >>> drop_reading({"rollout": {1: 0.114}, "chefer": {1: 0.9}, "random": {1: 0.432}}, ["rollout", "chefer"])
+    'reading: a larger drop means the deleted tokens mattered more. Below random (rollout k=1): deleting the tokens it ranks highest costs less than deleting random ones, so its ranking points away from what the completion rests on, worse than guessing. Above random (chefer k=1): its top tokens matter more than a random pick.'
+    """
+    base = summary.get("random")
+    if not base:
+        return ""
+    pairs = [(m, k) for m in methods if m in summary for k in summary[m] if k in base]
+    below = [f"{m} k={k}" for m, k in pairs if summary[m][k] < base[k]]
+    above = [f"{m} k={k}" for m, k in pairs if summary[m][k] >= base[k]]
+    parts = ["reading: a larger drop means the deleted tokens mattered more"]
+    if below:
+        parts.append(
+            f"Below random ({', '.join(below)}): deleting the tokens it ranks highest costs less than "
+            "deleting random ones, so its ranking points away from what the completion rests on, worse "
+            "than guessing"
+        )
+    if above:
+        parts.append(f"Above random ({', '.join(above)}): its top tokens matter more than a random pick")
+    return ". ".join(parts) + "."
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     methods = [m.strip() for m in args.method.split(",") if m.strip()]
     bad = [m for m in methods if m not in GENERATE_METHODS]
@@ -182,19 +211,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     common._quiet_transformers()
     from attnflow.display import layer_labels
-    from attnflow.generate import SMOLLM2, explain_generation, faithfulness, resolve_lm
+    from attnflow.generate import explain_generation, faithfulness
     from attnflow.generate.explanation import save_generations
+    from attnflow.generate.result import TITLE_CHARS
     from attnflow.hf import AttentionUnavailableError, check_vocabulary
     from attnflow.viz import page_slices, shorten, token_table, write_html, write_png
 
     device = common.resolve_device(args.device)
-    name = args.model
-    if name == SMOLLM2:
-        try:
-            name = resolve_lm(name, cache=args.cache_dir)
-        except ImportError as exc:
-            raise common.CLIError(f"--model {args.model}: {exc}") from None
-    model, tokenizer = common.load(name, device)
+    model, tokenizer = common.load(args.model, device, cache=args.cache_dir, quiet=args.quiet)
     if not callable(getattr(tokenizer, "convert_ids_to_tokens", None)):
         raise common.CLIError(f"--model {args.model}: it takes images, not text")
     can_generate = getattr(model, "can_generate", None)
@@ -253,29 +277,29 @@ def cmd_generate(args: argparse.Namespace) -> int:
                     path = out / (f"{stem}.png" if len(pages) == 1 else f"{stem}_page{k + 1}.png")
                     written += made(path, partial(
                         write_png, path,
-                        {m: e.matrix(m, layer)[page] for m in methods}, columns=e.columns, rows=rows[page],
+                        {m: e.matrix(m, layer)[page] for m in methods}, columns=e.column_labels(), rows=rows[page],
                         row_name="generated token", column_name=columns,
-                        scale=args.scale, muted_columns=e.special_columns,
+                        scale=args.scale, muted_columns=sorted({*e.special_columns, *e.removed_columns}),
                         title=f"“{shorten(e.prompt)}” → “{shorten(e.completion, 60)}”\n{sub}{part}",
                     ), failed)  # fmt: skip
                 path = out / f"{stem}_token{t}.png"
                 written += made(path, partial(
-                    write_png, path, {m: e.maps[m][t].T for m in methods}, columns=e.columns,
+                    write_png, path, {m: e.maps[m][t].T for m in methods}, columns=e.column_labels(),
                     rows=layer_labels(e.num_layers), row_name="layer", column_name=columns, scale=args.scale,
-                    muted_columns=e.special_columns,
+                    muted_columns=sorted({*e.special_columns, *e.removed_columns}),
                     title=f"“{shorten(e.prompt)}” → {e.generated_tokens[t]!r} (generated token {t})\n{label} · {opts}",
                 ), failed)  # fmt: skip
         if "html" in formats:
             items = [
                 {
-                    "title": f"{e.prompt} → {e.completion}",
+                    "title": f"{shorten(e.prompt, TITLE_CHARS)} → {shorten(e.completion, TITLE_CHARS)}",
                     "subtitle": f"{label} · {_layer_text(layer, e.num_layers)} · sinks {e.options['sinks']} · receptive field {e.options['receptive_field']}",
-                    "columns": e.columns,
+                    "columns": e.column_labels(),
                     "rows": [f"{k}: {tok}" for k, tok in enumerate(e.generated_tokens)],
                     "maps": {m: e.matrix(m, layer) for m in methods},
                     "row": args.token % e.n_generated,
                     "method": methods[-1],
-                    "muted": e.special_columns,
+                    "muted": sorted({*e.special_columns, *e.removed_columns}),
                 }
                 for e in explanations
             ]
@@ -308,5 +332,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
                         f"{m} {summary[m][k]:+.3f}" for m in [*methods, "random"] if m in summary
                     )
                     say(f"log-prob drop, {k} prompt token(s) deleted (mean over generated tokens): {cells}")
+                if reading := drop_reading(summary, methods):
+                    say(reading)
             say()
     return said_written(written, quiet=args.quiet, failed=failed, out=args.out)

@@ -57,6 +57,27 @@ def _decode(data: bytes, name: str, encoding: str) -> str:
     return text.removeprefix("\ufeff")  # a byte-order mark is no part of the first input
 
 
+def _check_argument(text: str, option: str, which: str) -> None:
+    """A command-line text whose bytes are not the terminal's encoding (Python keeps such a byte as a
+    lone surrogate, which no tokenizer takes) is refused, naming the byte and its offset."""
+    if not any("\udc80" <= ch <= "\udcff" for ch in text):
+        return
+    encoding = sys.getfilesystemencoding()
+    data = os.fsencode(text)  # the bytes as given on the command line
+    try:
+        data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        offset, byte = exc.start, data[exc.start]
+    else:  # escaped bytes that happen to form text (only from a Python caller): the first of them
+        first = next(i for i, ch in enumerate(text) if "\udc80" <= ch <= "\udcff")
+        offset, byte = len(os.fsencode(text[:first])), ord(text[first]) - 0xDC00
+    shown = terminal_text(data.decode(encoding, "backslashreplace"))  # the bad byte as \\xNN
+    raise CLIError(
+        f"{option} '{shown}'{which}: not {encoding} text: byte offset {offset} is "
+        f"0x{byte:02x}; pass the text as {encoding}, or put it in a file and pass --file with --encoding"
+    )
+
+
 def read_inputs(
     texts: Sequence[str] | None, file: str | None, *, option: str = "--text", encoding: str = "utf-8"
 ) -> list[str]:
@@ -69,8 +90,9 @@ def read_inputs(
     nothing = "nothing to complete" if option == "--prompt" else "nothing to explain"
     out = []
     for i, text in enumerate(texts or []):
+        which = f" (the {_ordinal(i + 1)})" if len(texts or []) > 1 else ""
+        _check_argument(text, option, which)
         if _blank(text):
-            which = f" (the {_ordinal(i + 1)})" if len(texts or []) > 1 else ""
             raise CLIError(
                 f"{option} {terminal_text(repr(text))}{which}: {nothing} (empty or only whitespace)"
             )

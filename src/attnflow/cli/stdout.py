@@ -9,6 +9,12 @@ and a stdout that fails ends the printing, never the command.
 
 stderr never raises (`tell`, and `guarded_stderr` around a verb for progress bars and warnings): a
 closed stderr costs nothing either.
+
+A stream closed before the start (``2>&-``, ``>&-``, ``<&-``: Python then sets sys.stderr, sys.stdout
+or sys.stdin to None) is reopened on /dev/null by `standard_streams`, so no file the command opens
+takes its descriptor and no library writing to fd 2 writes into an output. A closed stderr changes
+nothing else (exit 0 on success); a closed stdout is like a failing one once there is a table to
+print ("it is closed", exit 1), and costs nothing when there is none (``--quiet``).
 """
 
 from __future__ import annotations
@@ -21,13 +27,54 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
-__all__ = ["EXIT_READER_GONE", "EXIT_STDOUT_FAILED", "finish", "guarded_stderr", "say", "tell"]
+__all__ = [
+    "EXIT_READER_GONE",
+    "EXIT_STDOUT_FAILED",
+    "finish",
+    "guarded_stderr",
+    "say",
+    "standard_streams",
+    "tell",
+]
 
 EXIT_READER_GONE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away
 EXIT_STDOUT_FAILED = 1
 
-# What happened to stdout in this process: None (fine), "gone" (EPIPE) or the OSError's reason.
-_state: dict[str, str | None] = {"stdout": None}
+# What happened to stdout in this process: None (fine), "gone" (EPIPE) or the OSError's reason;
+# "closed": stdout was closed before the start (said only once a line is to be printed).
+_state: dict[str, str | None] = {"stdout": None, "closed": None}
+CLOSED = "it is closed"
+
+
+def _reopen_closed_descriptors() -> list[int]:
+    """Open /dev/null on each of fds 0, 1, 2 that is closed; returns the ones reopened."""
+    reopened = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                null = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+            except OSError:
+                continue
+            if null != fd:  # the lowest free descriptor is `fd` itself unless a lower one was closed too
+                os.dup2(null, fd)
+                os.close(null)
+            reopened.append(fd)
+    return reopened
+
+
+def standard_streams() -> None:
+    """Give a stream closed before the start (``2>&-``: sys.stderr is None) a /dev/null to write to,
+    and remember a closed stdout so that a table to print is said to be lost (`finish`)."""
+    reopened = _reopen_closed_descriptors()
+    if sys.stdout is None or 1 in reopened:
+        _state["closed"] = CLOSED
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")  # lives as long as the process
+    if sys.stderr is None or 2 in reopened:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")
+    if sys.stdin is None or 0 in reopened:  # ``<&-``: ``--file -`` reads nothing, as from /dev/null
+        sys.stdin = open(os.devnull, encoding="utf-8")
 
 
 def _silence_stdout() -> None:
@@ -51,6 +98,9 @@ def _failed(exc: OSError) -> None:
 def say(text: str = "") -> None:
     """Print `text` (a line) to stdout and flush it; after a failure of stdout, nothing is printed."""
     if _state["stdout"] is not None:
+        return
+    if _state["closed"] is not None:
+        _state["stdout"] = _state["closed"]
         return
     try:
         print(text, file=sys.stdout, flush=True)
@@ -138,4 +188,4 @@ def guarded_stderr() -> Iterator[None]:
 
 def reset() -> None:
     """Forget a failure of stdout (for a second `main` call in one process, e.g. in tests)."""
-    _state["stdout"] = None
+    _state["stdout"] = _state["closed"] = None

@@ -17,13 +17,25 @@ version without that class, or ferret failing to import (the error it raised). U
     bench = Benchmark(model, tokenizer, explainers=[AttnflowExplainer(model, tokenizer, "rollout")])
     explanations = bench.explain("a good movie", target=1)
     evaluations = bench.evaluate_explanations(explanations, target=1)
+    explanation_table(explanations)   # explainers x tokens (ferret's show_table crashes on pandas 3)
+    evaluation_table(evaluations)     # explainers x measures (show_evaluation_table's replacement)
+
+The two tables are plain pandas frames built from ferret's results (``Explanation.explainer``,
+``.tokens``, ``.scores``; ``ExplanationEvaluation.evaluation_scores``): ferret's own ``show_table``
+calls a pandas parser internal that pandas 3 removed, and ``show_evaluation_table(...,
+apply_style=False)`` calls ``DataFrame.format``, which no pandas has. Colour them with
+``table.style.background_gradient(cmap="RdBu_r", vmin=-1, vmax=1)``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from .scores import method_options, token_attributions
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # The ferret-xai versions this adapter supports (also the bound of the [compare] extra): both
 # 0.4.1 (what pip picks next to transformers 5) and 0.4.2 define ferret.explainers.BaseExplainer.
@@ -37,7 +49,14 @@ except Exception as exc:  # a broken dependency of ferret raises anything on imp
     _BaseExplainer = object
     _IMPORT_ERROR = exc
 
-__all__ = ["INSTALL_HINT", "SUPPORTED", "AttnflowExplainer", "require_ferret"]
+__all__ = [
+    "INSTALL_HINT",
+    "SUPPORTED",
+    "AttnflowExplainer",
+    "evaluation_table",
+    "explanation_table",
+    "require_ferret",
+]
 
 # Options of token_attributions a call may override (ferret passes **explainer_args through).
 _OPTIONS = ("layer", "rows", "residual", "heads")
@@ -124,3 +143,64 @@ class AttnflowExplainer(_BaseExplainer):
         tokens = self.get_tokens(text)
         name = self._name(options["layer"])  # a per-call layer is named too
         return Explanation(text, tokens, scores[: len(tokens)].numpy(), name, int(target))
+
+
+def _unique(names: Sequence[str]) -> list[str]:
+    """Column names made unique by a suffix on repeats, as ferret's table meant to: a, b, a -> a, b, a.1.
+
+    >>> _unique(["the", "film", "the", "the"])
+    ['the', 'film', 'the.1', 'the.2']
+    """
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        n = seen.get(name, 0)
+        seen[name] = n + 1
+        out.append(name if n == 0 else f"{name}.{n}")
+    return out
+
+
+def explanation_table(explanations: Sequence[Any], *, drop_special: bool = True) -> pd.DataFrame:
+    """ferret's explanations of one text as one table: a row per explainer, a column per token.
+
+    What ferret's ``Benchmark.show_table`` shows, without its styling helper (which needs a pandas
+    internal gone in pandas 3): the scores of ``Explanation.scores`` under the tokens of the first
+    explanation (every explainer of a ``Benchmark`` uses the same tokenization), repeated tokens
+    made unique (``the``, ``the.1``), and, with ``drop_special``, the first and last tokens
+    ([CLS], [SEP]) left out as ferret does. Raises ValueError when the explanations are empty or
+    their tokens differ.
+    """
+    import pandas as pd
+
+    if not explanations:
+        raise ValueError("explanation_table: no explanations given")
+    tokens = list(explanations[0].tokens)
+    for e in explanations:
+        if list(e.tokens) != tokens or len(e.scores) != len(tokens):
+            raise ValueError(
+                f"explanation_table: explainer {e.explainer!r} has {len(e.scores)} scores on tokens "
+                f"{list(e.tokens)}, not the {len(tokens)} tokens {tokens} of the first explanation"
+            )
+    rows = {e.explainer: [float(x) for x in e.scores] for e in explanations}
+    table = pd.DataFrame.from_dict(rows, orient="index", columns=_unique(tokens))
+    table.index.name = "explainer"
+    return table.iloc[:, 1:-1] if drop_special else table
+
+
+def evaluation_table(evaluations: Sequence[Any]) -> pd.DataFrame:
+    """ferret's evaluations as one table: a row per explainer, a column per measure (AOPC
+    comprehensiveness, sufficiency, tau-LOO, ...), what ``show_evaluation_table`` shows.
+
+    Raises ValueError when no evaluations are given.
+    """
+    import pandas as pd
+
+    if not evaluations:
+        raise ValueError("evaluation_table: no evaluations given")
+    rows = {
+        ev.explanation.explainer: {score.name: float(score.score) for score in ev.evaluation_scores}
+        for ev in evaluations
+    }
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table.index.name = "explainer"
+    return table

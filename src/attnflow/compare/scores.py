@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnflow.explain import EXPLAINER_INPUTS
+from attnflow.methods import EXPLAINER_INPUTS
 from attnflow.methods import METHODS as RECORDS
 from attnflow.modes import eval_mode, keeps_logits
 

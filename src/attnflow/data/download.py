@@ -28,13 +28,15 @@ from pathlib import Path, PurePosixPath
 
 from tqdm.auto import tqdm
 
-from attnflow.io import umask_modes, write_json
+from attnflow.io import ArtifactError, umask_modes, write_json
 
 __all__ = [
     "MIRROR_ENV",
     "DatasetSpec",
     "DownloadError",
     "FileSpec",
+    "MirrorError",
+    "check_mirrors",
     "download",
     "known_digests",
     "mirror_dirs",
@@ -46,6 +48,11 @@ _CHUNK = 1 << 20
 
 class DownloadError(RuntimeError):
     """No source could provide every required file."""
+
+
+class MirrorError(DownloadError, ArtifactError):
+    """A configured mirror that cannot be one (a file, not a folder): a mistake in the settings, said
+    in one line starting with its path before any source is tried (a stage prints it plainly)."""
 
 
 class _SourceFailed(Exception):
@@ -92,6 +99,19 @@ def mirror_dirs(configured: Iterable[str]) -> list[Path]:
     """Configured mirror folders, then those in ``$ATTNFLOW_DATA_MIRROR`` (os.pathsep-separated)."""
     extra = [p for p in os.environ.get(MIRROR_ENV, "").split(os.pathsep) if p]
     return [Path(p).expanduser() for p in [*configured, *extra]]
+
+
+def check_mirrors(configured: Iterable[str]) -> None:
+    """Refuse a mirror that exists but is no folder (``$ATTNFLOW_DATA_MIRROR`` pointing at a file):
+    one line naming it and where it was set. A missing mirror is only skipped when tried."""
+    env = mirror_dirs(())
+    for mirror in mirror_dirs(configured):
+        if mirror.exists() and not mirror.is_dir():
+            where = f"${MIRROR_ENV}" if mirror in env else "data.mirrors"
+            raise MirrorError(
+                f"{mirror}: a file, not a folder (a data mirror, set in {where}); "
+                "expected a folder holding the files in the mirror layout, e.g. sst2/glue_SST-2/dev.tsv"
+            )
 
 
 def _digests(path: Path) -> tuple[str, str]:
@@ -205,7 +225,7 @@ def _from_url(url: str, wanted: Sequence[FileSpec], raw: Path, table, record, ti
 
 def _from_mirror(mirror: Path, wanted: Sequence[FileSpec], raw: Path, table, record) -> None:
     if not mirror.is_dir():
-        raise _SourceFailed("no such folder")
+        raise _SourceFailed("a file, not a folder" if mirror.exists() else "no such folder")
     refused = []
     for spec in wanted:
         src = mirror / spec.relpath
@@ -238,6 +258,7 @@ def download(
     ``urls`` are tried in order, then ``mirrors`` (folders in the mirror layout). ``optional``
     decides which optional files are wanted at all.
     """
+    check_mirrors(map(str, mirrors))  # a settings mistake is said before any (slow) source is tried
     raw = Path(dest)
     table = known_digests()
     wanted = [f for f in spec.files if f.required or optional(f)]

@@ -43,11 +43,11 @@ if TYPE_CHECKING:  # the lazy names below, for type checkers and linters
         uniform_attention,
         uniform_baseline,
     )
-    from .registry import EXPLAINER_INPUTS, EXPLAINERS, Explainer
+    from .registry import Explainer
 
-# Imported on first use: the flow solver (its compiled kernels) and the method registry. Light imports of this
-# package (the method kit, `attnflow.explain.kit`, which the method records import) stay light, and
-# the records (attnflow.methods) can import the kit while the registry reads the records.
+# Imported on first use: the flow solver (its compiled kernels). Light imports of this package (the
+# method kit, `attnflow.explain.kit`, which the method records import) stay light. The methods by
+# name (EXPLAINERS) are the records' view, one layer up: attnflow.methods.
 _LAZY = {
     "attention_flow": "flow",
     "head_flow": "heads",
@@ -57,13 +57,16 @@ _LAZY = {
     "normalize_receptive_field": "receptive_field",
     "uniform_attention": "receptive_field",
     "uniform_baseline": "receptive_field",
-    "EXPLAINERS": "registry",
-    "EXPLAINER_INPUTS": "registry",
     "Explainer": "registry",
 }
 
 
 def __getattr__(name: str) -> Any:
+    if name in ("EXPLAINERS", "EXPLAINER_INPUTS"):
+        raise AttributeError(
+            f"attnflow.explain.{name} is now attnflow.methods.{name}: the methods by name are a view of "
+            "the method records, which live above the kit and the algorithms"
+        )
     if name in _LAZY:
         value = getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
         globals()[name] = value
@@ -83,8 +86,6 @@ Attention = Any
 __all__ = [  # this module's names, then causal's
     "AXES",
     "CLS_SELF",
-    "EXPLAINERS",
-    "EXPLAINER_INPUTS",
     "Attention",
     "Explainer",
     "attention_flow",

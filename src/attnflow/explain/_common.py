@@ -295,9 +295,25 @@ def row_sums(x: np.ndarray, dtype: Any = None) -> np.ndarray:
 
 
 def normalize_rows(x: np.ndarray) -> np.ndarray:
-    """Divide each row by its sum; rows summing to 0 stay 0 (guarded)."""
+    """Divide each row by its sum; rows summing to 0 stay 0 (guarded).
+
+    A row of finite entries whose sum overflows (entries near 1e308) is first divided by its
+    largest entry, then by the sum of what is left: the renormalised row, not x / inf = 0. Other
+    rows are divided by their sum as it is (the same bits as a plain division).
+
+    >>> normalize_rows(np.array([[1e308, 1e308], [1.0, 3.0]])).tolist()
+    [[0.5, 0.5], [0.25, 0.75]]
+    """
     s = row_sums(x)[..., None]
-    return np.divide(x, s, out=np.zeros_like(x), where=s > 0)
+    out = np.divide(x, s, out=np.zeros_like(x), where=s > 0)
+    over = np.isinf(s[..., 0])  # (...,): rows whose sum overflowed (or that hold an inf)
+    if over.any():
+        rows = x[over]  # (n, T)
+        top = rows.max(axis=-1, keepdims=True)
+        finite = np.isfinite(top[:, 0])
+        scaled = np.divide(rows, top, out=np.full_like(rows, np.nan), where=finite[:, None])
+        out[over] = scaled / row_sums(scaled)[:, None]  # each entry <= 1: the sum is at most T
+    return out
 
 
 def real_float64(x: np.ndarray, p: Prepared) -> np.ndarray:

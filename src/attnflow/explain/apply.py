@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from attnflow.needs import NEEDS
 from attnflow.options import HF_ROW_CHOICES, RECEPTIVE_FIELDS, SINK_CHOICES
 
 from .rows import select_rows
@@ -152,6 +153,15 @@ class CausalSpec:
 PLAIN = CausalSpec()
 
 
+def _cut(name: str, x: np.ndarray, b: int, real: np.ndarray) -> np.ndarray:
+    """Sample b of a padded need, at its real tokens along its token axes (its record,
+    `attnflow.needs`; a need no record declares is shaped like the attention)."""
+    record = NEEDS.get(name)
+    if record is None:
+        return x[b][:, :, real][:, :, :, real]
+    return record.select(x, batch=b, tokens=real)
+
+
 def apply(
     records: Sequence[Any],
     attn: np.ndarray,
@@ -201,8 +211,7 @@ def apply(
         for b in range(bsz):  # one sample at a time, real tokens only
             i, row = idx[b], row_of[b]
             needs = {
-                k: inputs[k] if k in per_sample_inputs else inputs[k][b][:, :, i][:, :, :, i]
-                for k in record.needs
+                k: inputs[k] if k in per_sample_inputs else _cut(k, inputs[k], b, i) for k in record.needs
             }
             m = fn(attn[b][:, :, i][:, :, :, i], residual=residual, heads=heads, rows=RowSpec.computed(row),
                    **needs, **kwargs)  # fmt: skip

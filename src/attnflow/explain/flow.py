@@ -19,6 +19,7 @@ from ._common import (
 )
 from ._maxflow import (
     _kernels,
+    check_env,
     direct_mean_flow,
     flow_threads,
     layered_max_flow,
@@ -77,9 +78,10 @@ def _fast_direct(
 ) -> np.ndarray | None:  # fmt: skip
     """The common call (see `_fast_caps`) with sources and layers as None, an int or a list of
     ints, layers in order and no row to sweep, no progress bar asked for, in one kernel call
-    (`_kernels.mean_flow_direct`): a small call (at most SMALL_ROWS rows, e.g. CLS flow of one
-    sample), or a batch of any size whose work would not show a bar (e.g. Table-1 CLS flow of
-    many samples: each sample's heads mixed and its rows solved in one pass). The values of
+    (`_kernels.mean_flow_direct`), when its work would not show a bar (progress=False, or an
+    estimate at most PROGRESS_WORK): a small call (at most SMALL_ROWS rows, e.g. CLS flow of one
+    sample), or a batch of any size (e.g. Table-1 CLS flow of many samples: each sample's heads
+    mixed and its rows solved in one pass). The values of
     `_fast_caps` + `_fast_flow` bit for bit; None for any other call (nothing computed)."""
     if progress or not _common_call(attn, heads, lengths, mask, renormalize) or not _np_sums_agree():
         return None
@@ -238,8 +240,9 @@ def attention_flow(
     lengths / mask: real tokens of a padded batch; padded positions get 0 and are never a source
     or sink. Returns [..., len(layers), len(sources), key] of the input's kind.
     progress: a progress bar on stderr with the time left (True / False); None (default) shows
-    one when the call is estimated to take more than a few seconds (e.g. every row at T = 2048:
-    a minute or more; ``sources=0`` makes it ~T times cheaper).
+    one when the call is estimated to take more than a second or two (e.g. every row at T = 2048:
+    a minute or more; ``sources=0`` makes it ~T times cheaper). Ctrl-C stops any call within
+    about a tenth of a second (KeyboardInterrupt), with or without a bar.
 
     >>> import numpy as np
     >>> a1 = [[1.0, 0.0], [0.5, 0.5]]
@@ -254,6 +257,7 @@ def attention_flow(
     residual = check_residual(residual)
     if not isinstance(normalize, bool | np.bool_):
         raise ValueError(f"normalize must be True or False, got {normalize!r}")
+    check_env()  # ATTNFLOW_THREADS: a bad value is refused on every call, short or long
     values = _fast_direct(
         attn, residual, heads, lengths, mask, renormalize, sources, layers, normalize, progress
     )
@@ -291,7 +295,7 @@ def _fast_flow(
     row_layer = np.repeat(layer_idx, src.size)  # (R,)
     row_src = np.tile(src, layer_idx.size)
     if not progress and (n_rows == 1 or np.all(row_layer[1:] >= row_layer[:-1])):
-        values = small_full_flow(caps, row_layer, row_src)  # (B * R, T), None unless a small call
+        values = small_full_flow(caps, row_layer, row_src, progress)  # (B * R, T), None unless small, short
         if values is not None:
             values = values.reshape(batch, layer_idx.size, src.size, tokens)  # (B, layers, sources, T)
             if normalize:

@@ -48,10 +48,13 @@ from typing import Any
 
 import numpy as np
 
+from attnflow.needs import NEEDS
+
 from ._common import (
     ROW_SUM_TOL,
     Prepared,
     aggregate_heads,
+    as_numpy,
     check_heads,
     check_positions,
     check_residual,
@@ -64,7 +67,15 @@ from ._common import (
 from .causal import RECEPTIVE_FIELDS, remove_sinks, sink_mode
 from .relevance import companion
 
-__all__ = ["CAUSAL_OPTIONS", "Batch", "attention_method", "check_rows", "take_rows"]
+__all__ = [
+    "CAUSAL_OPTIONS",
+    "Batch",
+    "attention_method",
+    "check_rows",
+    "fetch_need",
+    "need_array",
+    "take_rows",
+]
 
 
 def check_rows(
@@ -120,6 +131,52 @@ def _prepared(attn: Any, lengths: Any, mask: Any) -> tuple[Any, Callable[..., An
     if row_sum_tolerance(attn) > ROW_SUM_TOL:
         p = Prepared(head_stack(p, renormalize=True), p.valid, p.batched, p.like)
     return p, companion
+
+
+def need_array(x: Any, name: str, p: Any, method: str) -> Any:
+    """A need that is not shaped like the attention (its record in `attnflow.needs`: e.g. value
+    vectors (B, L, H, T, D)), checked against its record's axes, in p's kind and compute type
+    (float64 numpy, or torch on attn's device), zero at padded tokens, finite at real ones."""
+    record = NEEDS[name]
+    if x is None:
+        raise ValueError(f"{method} needs {name} ({record.summary}), axes (batch, {', '.join(record.axes)})")
+    torch_in = is_torch(p.attn)
+    if torch_in:
+        import torch
+
+        arr = (x if is_torch(x) else torch.tensor(as_numpy(x, name))).to(
+            device=p.attn.device, dtype=p.attn.dtype
+        )
+    else:
+        arr = np.asarray(as_numpy(x, name), dtype=np.float64)
+    if not p.batched:
+        arr = arr[None]
+    expected = record.expected_shape(tuple(p.attn.shape), tuple(arr.shape))
+    if tuple(arr.shape) != expected:
+        got = tuple(arr.shape if p.batched else arr.shape[1:])
+        want = expected if p.batched else expected[1:]
+        raise ValueError(f"{name} must have the shape {want} ({', '.join(record.axes)}), got {got}")
+    import torch  # one pass each for the padding and the finiteness, numpy arrays shared (not copied)
+
+    t = arr if torch_in else torch.from_numpy(np.ascontiguousarray(arr))
+    valid = p.valid if torch_in else torch.from_numpy(np.asarray(p.valid, dtype=bool))
+    for axis in record.token_axes:  # zero at padded tokens, along every token axis
+        shape = [1] * t.ndim
+        shape[0], shape[1 + axis] = valid.shape[0], valid.shape[1]
+        t = t.masked_fill(~valid.to(t.device).reshape(shape), 0.0)
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} holds NaN or inf at real tokens")
+    arr = t if torch_in else t.numpy()
+    return arr
+
+
+def fetch_need(x: Any, name: str, p: Any, fetch: Callable[..., Any], method: str) -> Any:
+    """A need by its record: attention-shaped ones (and needs no record declares) by `fetch`
+    (padded rows and columns 0), the others by `need_array`."""
+    record = NEEDS.get(name)
+    if record is None or record.like_attention:
+        return fetch(x, name, p, method)
+    return need_array(x, name, p, method)
 
 
 @dataclass(frozen=True)
@@ -252,7 +309,7 @@ def attention_method(
             idx = check_rows(attn, rows, lengths, mask)
             p, fetch = _prepared(attn, lengths, mask)
             check_heads(heads, p.attn.shape[2])
-            arrays = {need: fetch(given.pop(need, None), need, p, label) for need in needs}
+            arrays = {need: fetch_need(given.pop(need, None), need, p, fetch, label) for need in needs}
             if unknown := sorted(set(given) - {q.name for q in options}):
                 raise TypeError(f"{label}() got unexpected keyword argument(s) {unknown}")
             if uses_residual:

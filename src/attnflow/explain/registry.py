@@ -1,5 +1,6 @@
-"""EXPLAINERS: the explanation methods by name, all callable the same way: a view of the method
-records (`attnflow.methods`), each record's function (made with the kit, `attnflow.explain.kit`).
+"""The calling convention of every attention method (`Explainer`). The methods by name are a view
+of the method records, one layer up: ``attnflow.methods.EXPLAINERS`` (and ``EXPLAINER_INPUTS``);
+this package (the kit and the algorithms) never reads the records, it is handed them.
 
 Every entry is fn(attn, *, residual=0.5, heads="mean", rows=None, lengths=None, mask=None, **extra)
 and returns, per layer, a token-attribution map [..., layer, query, key] (numpy in -> numpy out,
@@ -28,6 +29,7 @@ rollout and flow through their causal variants, the others through the kit
 "uniform" (no uniform baseline exists for gradients or LRP relevance).
 
 >>> import numpy as np
+>>> from attnflow.methods import EXPLAINER_INPUTS, EXPLAINERS
 >>> attn = np.array([[[[1.0, 0.0], [0.5, 0.5]]], [[[0.5, 0.5], [0.0, 1.0]]]])  # (2, 1, 2, 2)
 >>> {name: fn(attn, residual=0.0, rows=[0])[1, 0].round(4).tolist()
 ...  for name, fn in EXPLAINERS.items() if not EXPLAINER_INPUTS[name]}
@@ -41,19 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from attnflow.method_inputs import EXPLAINER_INPUTS as _INPUTS
-from attnflow.methods import METHODS
-
-__all__ = ["EXPLAINERS", "EXPLAINER_INPUTS", "Explainer"]
+__all__ = ["Explainer"]
 
 # fn(attn, *, residual, heads, rows, lengths, mask, **needs, **options) -> [..., layer, query (or len(rows)), key]
 Explainer = Callable[..., Any]
-
-# Every attention method of the records (attnflow.methods), in their order: the record's function.
-EXPLAINERS: dict[str, Explainer] = {r.name: r.function for r in METHODS.values() if r.kind == "attention"}
-
-# The inputs each method needs besides attn, as keyword arguments shaped like attn:
-# attn_grad = ∂ logit[target] / ∂ attn; attn_relevance = LRP relevance R(A) of each attention map.
-# What each method needs beside attn: attnflow.method_inputs (light, so configs validate without
-# importing the solvers); EXPLAINERS must hold exactly its names.
-EXPLAINER_INPUTS = _INPUTS

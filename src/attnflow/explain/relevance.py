@@ -98,6 +98,19 @@ def _finite(arr: np.ndarray, name: str, p: Prepared) -> np.ndarray:
     return out
 
 
+def _finite_result(out: Any, method: str, inputs: str) -> Any:
+    """`out` (numpy or torch) when every entry is finite; else a one-line ValueError: finite inputs
+    whose products overflowed (entries near the dtype's largest value), not a map of inf / NaN."""
+    finite = bool(np.isfinite(out).all()) if isinstance(out, np.ndarray) else bool(out.isfinite().all())
+    if not finite:
+        dtype = str(out.dtype).removeprefix("torch.")
+        raise ValueError(
+            f"{method}: the relevance overflows {dtype} (products of {inputs} beyond its largest value); "
+            "scale them down"
+        )
+    return out
+
+
 def _weighted_heads(p: Prepared, grad: np.ndarray, other: np.ndarray, heads: Any) -> np.ndarray:
     """Ā = agg_h[(∇A ⊙ X)⁺] per layer, padding 0: (B, L, H, T, T) -> (B, L, T, T) float64."""
     check_heads(heads, p.attn.shape[2])
@@ -171,7 +184,9 @@ def _torch_weighted_heads(p: Any, grad: Any, other: Any, heads: Any) -> Any:
 def _torch_generic(p: Any, grad: Any, heads: Any, start: int, cls_self: str) -> Any:
     """R(l) per layer from A and ∇A in torch: `_generic_maps` on p's device. -> (B, L, T, T)."""
     step = _torch_weighted_heads(p, grad, p.attn, heads)  # (B, L, T, T)
-    return _torch_maps(p, step, start, cls_self, accumulate=True)
+    return _finite_result(
+        _torch_maps(p, step, start, cls_self, accumulate=True), "chefer_generic", "attn_grad"
+    )
 
 
 def _torch_lrp(p: Any, relevance: Any, grad: Any, heads: Any, start: int, cls_self: str) -> Any:
@@ -179,7 +194,8 @@ def _torch_lrp(p: Any, relevance: Any, grad: Any, heads: Any, start: int, cls_se
     from . import torch_ops
 
     step = torch_ops.mix_residual(_torch_weighted_heads(p, grad, relevance, heads), p.valid, 0.5)
-    return _torch_maps(p, step, start, cls_self, accumulate=False)
+    out = _torch_maps(p, step, start, cls_self, accumulate=False)
+    return _finite_result(out, "chefer_lrp", "attn_grad and attn_relevance")
 
 
 def chefer_generic(
@@ -246,8 +262,10 @@ def _in_chunks(p: Prepared, maps: Any, *arrays: np.ndarray, **options: Any) -> n
 def _generic_maps(p: Prepared, grad: np.ndarray, heads: Any, start: int, cls_self: str) -> np.ndarray:
     """R(l) per layer from A and ∇A (batched): (B, L, H, T, T) x 2 -> (B, L, T, T)."""
     grad = _finite(grad, "attn_grad", p)
-    step = _weighted_heads(p, grad, p.attn.astype(np.float64), heads)  # (B, L, T, T)
-    return _cls_self(_compose(step, p.valid, start, accumulate=True), p.valid, cls_self)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused below, in one line
+        step = _weighted_heads(p, grad, p.attn.astype(np.float64), heads)  # (B, L, T, T)
+        out = _cls_self(_compose(step, p.valid, start, accumulate=True), p.valid, cls_self)
+    return _finite_result(out, "chefer_generic", "attn_grad")
 
 
 def _lrp_maps(
@@ -259,8 +277,10 @@ def _lrp_maps(
         return _torch_lrp(p, relevance, grad, heads, start, cls_self)
     relevance, grad = _finite(relevance, "attn_relevance", p), _finite(grad, "attn_grad", p)
     # rownorm(.5 Ā + .5 I) = rownorm(I + Ā): the shared residual mix, identity on real positions only
-    step = mix_residual(_weighted_heads(p, grad, relevance, heads), p.valid, 0.5)  # (B, L, T, T)
-    return _cls_self(_compose(step, p.valid, start, accumulate=False), p.valid, cls_self)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused below, in one line
+        step = mix_residual(_weighted_heads(p, grad, relevance, heads), p.valid, 0.5)  # (B, L, T, T)
+        out = _cls_self(_compose(step, p.valid, start, accumulate=False), p.valid, cls_self)
+    return _finite_result(out, "chefer_lrp", "attn_grad and attn_relevance")
 
 
 def chefer_lrp(

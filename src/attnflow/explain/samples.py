@@ -13,16 +13,10 @@ from typing import Any
 import numpy as np
 
 from attnflow.batches import length_batches
-from attnflow.methods import METHODS
 
 from .apply import RowSpec, apply
 
-__all__ = ["AUTHORS_CLS_SELF", "PER_HEAD", "explain_samples", "pad_attentions"]
-
-# Chefer et al.'s own code for the CLS-to-CLS entry of the maps: min of the CLS row in the CVPR
-# (LRP) code, 0 in the generic (ICCV) code. explain_samples(cls_self="authors") applies these: the
-# records' authors_cls_self, for the methods with the cls_self option.
-AUTHORS_CLS_SELF = {r.name: r.authors_cls_self for r in METHODS.values() if "cls_self" in r.options}
+__all__ = ["explain_samples", "pad_attentions"]
 
 
 BATCH = 128  # samples of similar length explained together
@@ -56,16 +50,11 @@ def _head_rows(maps: np.ndarray, position: int | str, lengths: np.ndarray) -> np
     )
 
 
-# Per-head variants (Appendix A.1): head k at layer i on top of the all-heads maps below (the
-# records' per_head).
-PER_HEAD = {r.name: r.per_head for r in METHODS.values() if r.per_head is not None}
-
-
 def explain_batch(
     attn: np.ndarray,
     lengths: np.ndarray,
     *,
-    methods: Sequence[str],
+    methods: Sequence[Any],
     residual: float,
     heads: Any,
     rows: str,
@@ -76,16 +65,22 @@ def explain_batch(
 ) -> dict[str, np.ndarray]:
     """Per method the (B, L, T) explanation row at each layer, and ``<method>_heads`` (B, L, H, T).
 
+    ``methods``: the method records (`attnflow.methods.resolve`), each read for its function, its
+    rows, its needs, its options and its per-head variant (Appendix A.1: head k at layer i on top of
+    the all-heads maps, the record's ``per_head``).
+
     ``rows``: the task's choice, "cls" (row 0; the cheap path: flow is computed from CLS only),
     "max" or "mean" over the real query rows, for the methods that read the task's rows; the
     class-specific ones read the classification row (the records' ``rows``, decoded by
     :class:`attnflow.explain.apply.RowSpec`; the methods applied by :func:`attnflow.explain.apply.apply`).
     ``extra``: further padded inputs a method needs (e.g. ``attn_grad``).
-    ``cls_self``: the class-specific maps' CLS-to-CLS entry ("authors": :data:`AUTHORS_CLS_SELF`).
+    ``cls_self``: the class-specific maps' CLS-to-CLS entry ("authors": each record's
+    ``authors_cls_self``, Chefer et al.'s own code: min of the CLS row in the CVPR (LRP) code, 0 in
+    the generic (ICCV) code).
     ``heads_only``: only the ``<method>_heads`` maps (with ``per_head``), not the all-heads ones.
     """
     spec = RowSpec(rows, task=True)  # the task's rows; class-specific records read CLS
-    records = [METHODS[m] for m in methods]
+    records = _records(methods)
     options = {  # Chefer's rules: their CLS-to-CLS convention
         r.name: {"cls_self": r.authors_cls_self if cls_self == "authors" else cls_self}
         for r in records
@@ -112,10 +107,19 @@ def explain_batch(
     return out
 
 
+def _records(methods: Sequence[Any]) -> list[Any]:
+    """The method records given (names are resolved above this package: `attnflow.methods.resolve`)."""
+    if names := [m for m in methods if isinstance(m, str)]:
+        raise ValueError(
+            f"explain_samples takes method records, got the names {names}: pass attnflow.methods.resolve({names})"
+        )
+    return list(methods)
+
+
 def explain_samples(
     attn: Sequence[np.ndarray],
     *,
-    methods: Sequence[str],
+    methods: Sequence[Any],
     residual: float = 0.5,
     heads: Any = "mean",
     rows: str = "cls",
@@ -128,12 +132,14 @@ def explain_samples(
 ) -> dict[str, list[np.ndarray]]:
     """Explain every sample: ``{method: [(L, T_i)]}`` and, with ``per_head``, ``{<method>_heads: [(L, H, T_i)]}``.
 
+    ``methods``: method records (`attnflow.methods.resolve(names)`: a name is resolved there, once).
     ``attn``: one ``(L, H, T_i, T_i)`` array per sample; ``extra``: per-sample arrays of the same
     shape that a method needs (padded and passed as keyword arguments). Results are in input order.
     ``heads_only``: only the per-head maps of the methods that have them (``per_head`` implied).
 
+    >>> from attnflow.methods import resolve
     >>> a = np.full((2, 1, 3, 3), 1 / 3)
-    >>> out = explain_samples([a, a[:, :, :2, :2] * 1.5], methods=["rollout"])
+    >>> out = explain_samples([a, a[:, :, :2, :2] * 1.5], methods=resolve(["rollout"]))
     >>> [m.shape for m in out["rollout"]]
     [(2, 3), (2, 2)]
     """
@@ -141,11 +147,16 @@ def explain_samples(
 
     if not attn:
         raise ValueError("no samples to explain")
+    records = _records(methods)
     if heads_only:
-        methods, per_head = [m for m in methods if m in PER_HEAD], True
-        if not methods:
-            raise ValueError(f"heads_only: none of the methods has a per-head variant ({sorted(PER_HEAD)})")
-    names = [*([] if heads_only else methods), *(f"{m}_heads" for m in methods if per_head and m in PER_HEAD)]
+        given = [r.name for r in records]
+        records, per_head = [r for r in records if r.per_head is not None], True
+        if not records:
+            raise ValueError(f"heads_only: none of the methods {given} has a per-head variant")
+    names = [
+        *([] if heads_only else [r.name for r in records]),
+        *(f"{r.name}_heads" for r in records if per_head and r.per_head is not None),
+    ]
     maps: dict[str, list[Any]] = {name: [None] * len(attn) for name in names}
     batches = length_batches([a.shape[-1] for a in attn], batch_size)
     for idx in tqdm(batches, desc="explain", leave=False, disable=not progress):
@@ -154,7 +165,7 @@ def explain_samples(
         values = explain_batch(
             batch,
             lengths,
-            methods=methods,
+            methods=records,
             residual=residual,
             heads=heads,
             rows=rows,

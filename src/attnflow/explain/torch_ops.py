@@ -166,9 +166,20 @@ def companion(x: Any, name: str, p: TorchPrepared, method: str) -> torch.Tensor:
 
 
 def normalize_rows(x: torch.Tensor, *, inplace: bool = False) -> torch.Tensor:
-    """Each row divided by its sum; rows summing to 0 (all zero: entries are >= 0) stay 0."""
+    """Each row divided by its sum; rows summing to 0 (all zero: entries are >= 0) stay 0.
+
+    A row of finite entries whose sum overflows the dtype (entries near its largest value) is
+    divided by its largest entry first, then by the sum of what is left (as the numpy
+    `normalize_rows`): the renormalised row, not x / inf = 0."""
     s = x.sum(dim=-1, keepdim=True)
     s = s.masked_fill_(s <= 0, 1.0)
+    over = torch.isinf(s)  # (..., 1): rows whose sum overflowed
+    if bool(over.any()):
+        top = x.amax(dim=-1, keepdim=True)
+        top = torch.where(over & torch.isfinite(top) & (top > 0), top, 1.0)
+        x = x.div_(top) if inplace else x / top  # the other rows: divided by 1, unchanged
+        s = torch.where(over, x.sum(dim=-1, keepdim=True), s)
+        inplace = True
     return x.div_(s) if inplace else x / s
 
 

@@ -19,13 +19,13 @@ over the m prompt tokens at each of the l layers, stacked into M [n, m, l]. Here
 torch and transformers are imported inside the functions.
 """
 
+from attnflow.models.names import resolve_lm  # the one resolver of every verb, as a folder
 from attnflow.models.smollm2 import (
     SMOLLM2,
     SMOLLM2_GGUF,
     cache_dir,
     convert_gguf,
     packaged_gguf,
-    resolve_lm,
     smollm2_dir,
 )
 

@@ -407,7 +407,7 @@ def explain_generation(
     rollout and flow (chefer has no uniform baseline: its map stays the plain one). generate_kwargs: any ``model.generate``
     settings (default greedy: do_sample=False); seed seeds torch before generating.
     completion_ids: explain this completion instead of generating one. residual / heads: as in
-    `attnflow.explain.EXPLAINERS`. normalize: shares over the shown columns (`coverage` keeps
+    `attnflow.methods.EXPLAINERS`. normalize: shares over the shown columns (`coverage` keeps
     the mass they had). stream: as in `explain_generation_grid` (None: raw / rollout / flow without a
     receptive field are computed on the stream, so long prompts need no (L, H, T, T) attentions).
     """

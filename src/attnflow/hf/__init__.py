@@ -12,7 +12,7 @@ Axis order of every attention tensor: [batch, layer, head, query, key]. Padding 
 ``attention_mask``) is exactly 0 in every row and column.
 
 `explain_text` / `explain_image` run a model once and apply the explainers of
-`attnflow.explain.EXPLAINERS` ("raw", "rollout", "flow", ...), returning an `Explanation`:
+`attnflow.methods.EXPLAINERS` ("raw", "rollout", "flow", ...), returning an `Explanation`:
 the display tokens and, per method, a map [layer, key] for the explained query row.
 
 >>> merge_words(["[CLS]", "un", "##believ", "##able", "!"], [0.1, 0.2, 0.3, 0.1, 0.3])[0]
@@ -32,7 +32,15 @@ from attnflow.bridge.eager import AttentionUnavailableError, NoOutputHeadError, 
 from attnflow.bridge.hf import AttentionOutput, Target, forward_attentions
 from attnflow.models.unsafe import UnsafeCheckpointError
 
-from .explanation import MAX_LOGITS_IN_DICT, Explanation, load_explanations, save_explanations
+from .causal_options import SinkWarning
+from .explanation import (
+    MAX_LOGITS_IN_DICT,
+    Explanation,
+    Explanations,
+    explanations_frame,
+    load_explanations,
+    save_explanations,
+)
 from .loading import TOKENIZER_FILES, UNK_SHARE_MAX, check_vocabulary, load_model, max_input_tokens
 from .methods import INPUT_PROVIDERS, MODEL_METHODS, InputContext
 from .rows import is_causal_model
@@ -57,8 +65,10 @@ __all__ = [
     "AttentionOutput",
     "AttentionUnavailableError",
     "Explanation",
+    "Explanations",
     "InputContext",
     "NoOutputHeadError",
+    "SinkWarning",
     "Target",
     "UnsafeCheckpointError",
     "check_vocabulary",
@@ -67,6 +77,7 @@ __all__ = [
     "explain_image",
     "explain_text",
     "explain_texts",
+    "explanations_frame",
     "forward_attentions",
     "is_causal_model",
     "load_explanations",

@@ -40,6 +40,21 @@ class Explanation:
     def num_layers(self) -> int:
         return next(iter(self.maps.values())).shape[0] if self.maps else 0
 
+    @property
+    def probability(self) -> float | None:
+        """softmax(logits)[prediction]: the model's probability of its prediction (None without logits).
+
+        >>> Explanation(["a"], {"raw": np.ones((1, 1))}, 0, 0, logits=np.log([1.0, 3.0]), prediction=1).probability
+        0.75
+        """
+        if self.logits is None or self.prediction is None:
+            return None
+        z = np.asarray(self.logits, dtype=np.float64).ravel()
+        if not 0 <= int(self.prediction) < z.size:
+            return None
+        z = np.exp(z - z.max())  # shifted: no overflow
+        return float(z[int(self.prediction)] / z.sum())
+
     def scores(self, method: str | None = None, layer: int | None = None) -> np.ndarray:
         """(token,) attributions of `method` (default: the first) at `layer` (default: self.layer)."""
         if method is None:
@@ -58,7 +73,9 @@ class Explanation:
         """A matplotlib Figure: one [layer x token] heatmap per method, as the CLI's PNG.
 
         scale: the shading rule (`attnflow.viz.heatmap_figure`); "uniform", the default of every
-        attnflow picture, shades each token's share against the uniform share 1/n.
+        attnflow picture, shades each token's share of the method's strongest layer against the
+        uniform share 1/n, one scale for every layer (`attnflow.viz.scale`); the title gives the
+        prediction and its probability.
         """
         from attnflow.display import explanation_figure
 
@@ -95,6 +112,10 @@ class Explanation:
         parts.append(f"layer={self.layer}")
         if self.label is not None or self.prediction is not None:
             parts.append(f"prediction={self.label if self.label is not None else self.prediction!r}")
+        if isinstance(self.meta, dict) and self.meta.get("sinks"):  # what was done about attention sinks
+            from attnflow.display import sink_text
+
+            parts.append(str(sink_text(self)))
         return f"Explanation({', '.join(parts)})"
 
     def _repr_html_(self) -> str:
@@ -163,14 +184,74 @@ class Explanation:
         return save_explanations([self], path)
 
 
+class Explanations(list):
+    """A list of `Explanation`s (what `explain_texts` and `load_explanations` return) that is also
+    one table: `to_pandas()` stacks every explanation's tidy frame, and `save(path)` writes them all.
+
+    A plain list works everywhere an `Explanations` does; `explanations_frame(list)` gives its table.
+    """
+
+    def to_pandas(self) -> Any:
+        """One tidy DataFrame of every explanation (`explanations_frame`)."""
+        return explanations_frame(self)
+
+    def save(self, path: str | Path) -> Path:
+        """Write every explanation to `path` (.json / .safetensors, `save_explanations`)."""
+        return save_explanations(self, path)
+
+
+# The columns `explanations_frame` puts before each explanation's own (method, layer, position, token, score).
+INPUT_COLUMNS = ("input", "text", "label", "probability")
+
+
+def explanations_frame(explanations: Sequence[Explanation]) -> Any:
+    """One tidy pandas DataFrame of many explanations (ferret's `get_dataframe`, long form): one row per
+    (input, method, layer, token) with columns input (0-based, the position in `explanations`), text,
+    label, probability (of the prediction; NaN without logits), then `Explanation.to_pandas()`'s
+    method, layer (1-based), position, token, score.
+
+    Filter or pivot it as usual, e.g. the last layer's flow per input and token:
+    ``df[(df.method == "flow") & (df.layer == df.layer.max())].pivot(index="input", columns="position",
+    values="score")``.
+    """
+    from attnflow.display import explanation_frame
+
+    frames = []
+    for i, e in enumerate(explanations):
+        if not isinstance(e, Explanation):
+            raise TypeError(f"explanations[{i}] is a {type(e).__name__}, not an Explanation")
+        f = explanation_frame(e)
+        p = e.probability
+        head = {"input": i, "text": e.text, "label": e.label, "probability": float("nan") if p is None else p}
+        for k, (name, value) in enumerate(head.items()):
+            f.insert(k, name, value)
+        frames.append(f)
+    if not frames:
+        raise ValueError("no explanations to put in a table")
+    import pandas as pd
+
+    return pd.concat(frames, ignore_index=True)
+
+
+def save(explanations: Explanation | Sequence[Explanation], path: str | Path) -> Path:
+    """`attnflow.save`: write one explanation or a list to `path` (.json / .safetensors; also
+    .html / .png for one, as `Explanation.save`). Read it back with `attnflow.load`."""
+    if isinstance(explanations, Explanation):
+        return explanations.save(path)
+    return save_explanations(explanations, path)
+
+
+def load(path: str | Path) -> Explanations:
+    """`attnflow.load`: the explanations `attnflow.save` (or the CLI's --format json / safetensors)
+    wrote, as an `Explanations` list (`load_explanations`)."""
+    return load_explanations(path)
+
+
 def _in_notebook() -> bool:
     """Whether this runs in an IPython kernel (a notebook), where display() draws inline."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
+    from attnflow.display import in_notebook
+
+    return in_notebook()
 
 
 def save_explanations(explanations: Sequence[Explanation], path: str | Path) -> Path:
@@ -178,28 +259,39 @@ def save_explanations(explanations: Sequence[Explanation], path: str | Path) -> 
     kind "text"): ``.json`` (the header with each `Explanation.to_dict`) or ``.safetensors``
     (tensor ``"{i}/{method}"`` = map [layer, token] of input i; the rest in the header's records).
     Written atomically (temporary file, then rename)."""
-    from attnflow.explanation_file import write_json_records, write_tensor_records
+    from attnflow.explanation_file import check_finite, file_format, write_json_records, write_tensor_records
+    from attnflow.io import ArtifactError
 
     path = Path(path)
-    if path.suffix == ".json":
-        return write_json_records(path, KIND, [e.to_dict() for e in explanations])
-    if path.suffix == ".safetensors":
+    fmt = file_format(path)  # the suffix in any case: x.JSON is JSON
+    dicts = [e.to_dict() for e in explanations]
+    try:  # what loading would refuse (a NaN, a map of the wrong shape) is refused before a byte is written
+        for i, d in enumerate(dicts):
+            _explanation_from_record(d, i)
+    except ArtifactError as exc:
+        raise ValueError(f"cannot save {path}: {exc}") from None
+    if fmt == "json":
+        return write_json_records(path, KIND, dicts)
+    with np.errstate(over="ignore"):  # an overflow is refused just below, naming the map
         tensors = {
             f"{i}/{m}": np.asarray(v, dtype=np.float32)
             for i, e in enumerate(explanations)
             for m, v in e.maps.items()
         }
-        records = []
-        for e in explanations:
-            d = e.to_dict()
-            d.pop("maps")
-            d["methods"] = list(e.maps)
-            records.append(d)
-        return write_tensor_records(path, KIND, records, tensors)
-    raise ValueError(f"unknown explanation file type {path.suffix!r}: use .json or .safetensors")
+    for i, e in enumerate(explanations):  # a score beyond float32's range would load as inf
+        try:
+            check_finite({m: tensors[f"{i}/{m}"] for m in e.maps}, f"explanation {i} (as float32)")
+        except ArtifactError as exc:
+            raise ValueError(f"cannot save {path}: {exc}") from None
+    records = []
+    for e, d in zip(explanations, dicts, strict=True):
+        d.pop("maps")
+        d["methods"] = list(e.maps)
+        records.append(d)
+    return write_tensor_records(path, KIND, records, tensors)
 
 
-def load_explanations(path: str | Path) -> list[Explanation]:
+def load_explanations(path: str | Path) -> Explanations:
     """Read what `save_explanations` wrote (.json or .safetensors; this version or an older one).
 
     Raises FileNotFoundError for a missing file and ValueError (attnflow.io.ArtifactError) naming
@@ -207,26 +299,25 @@ def load_explanations(path: str | Path) -> list[Explanation]:
     or another kind of explanations, or not a list of explanations (tokens, maps [layer, token]
     per method, layer, row).
     """
-    from attnflow.explanation_file import read_json_records, read_tensor_records
+    from attnflow.explanation_file import file_format, read_json_records, read_tensor_records
     from attnflow.io import ArtifactError
 
     path = Path(path)
-    if path.suffix not in (".json", ".safetensors"):
-        raise ValueError(f"unknown explanation file type {path.suffix!r}: use .json or .safetensors")
-    if path.suffix == ".json":
+    fmt = file_format(path)  # the suffix in any case, as when saving
+    if fmt == "json":
         records = read_json_records(path, KIND)["records"]
     else:
         head, get, _ = read_tensor_records(path, KIND)
         records = head["records"]
     try:
-        if path.suffix == ".safetensors":
+        if fmt == "safetensors":
             for i, d in enumerate(records):
                 if not isinstance(d, dict) or not isinstance(d.get("methods"), list):
                     raise ArtifactError(f"explanation {i} has no list of methods")
                 for m in d["methods"]:  # by the declared shape, before a byte of the tensor is read
                     _check_declared_shape(get.shape(f"{i}/{m}"), f"{i}/{m}", d.get("tokens"))
                 d["maps"] = {m: get(f"{i}/{m}").astype(np.float64) for m in d.pop("methods")}
-        return [_explanation_from_record(d, i) for i, d in enumerate(records)]
+        return Explanations(_explanation_from_record(d, i) for i, d in enumerate(records))
     except ArtifactError as exc:
         raise ArtifactError(f"{path}: not an explanations file: {exc}") from None
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a field the checks do not cover
@@ -252,6 +343,7 @@ def _check_declared_shape(shape: tuple[int, ...], name: str, tokens: Any) -> Non
 
 def _explanation_from_record(d: Any, i: int) -> Explanation:
     """Explanation.from_dict with the layout checked; ArtifactError says what is wrong."""
+    from attnflow.explanation_file import check_finite
     from attnflow.io import ArtifactError
 
     if not isinstance(d, dict):
@@ -273,12 +365,7 @@ def _explanation_from_record(d: Any, i: int) -> Explanation:
             raise ArtifactError(
                 f"explanation {i}: map {m!r} has shape {arr.shape}, expected (layers, {len(tokens)})"
             )
-        if not np.isfinite(arr).all():
-            bad = int((~np.isfinite(arr)).sum())
-            raise ArtifactError(
-                f"explanation {i}: map {m!r} holds {bad} value(s) that are not finite (NaN or inf); "
-                "scores must be finite numbers"
-            )
+        check_finite({m: arr}, f"explanation {i}")  # the same check when saving
     layers = {m: np.shape(v)[0] for m, v in maps.items()}
     if len(set(layers.values())) > 1:
         raise ArtifactError(f"explanation {i}: its maps disagree on the number of layers ({layers})")

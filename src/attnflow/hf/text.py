@@ -1,5 +1,5 @@
 """One-call explanations: `explain_text(s)` and `explain_image` run a model once per batch and apply
-the explainers of `attnflow.explain.EXPLAINERS` (`explain_batch`).
+the explainers of `attnflow.methods.EXPLAINERS` (`explain_batch`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,29 @@ import torch
 from attnflow.bridge import NEEDS, forward
 from attnflow.bridge.hf import AttentionOutput, Target
 from attnflow.devices import model_device
-from attnflow.hf.explanation import Explanation
-from attnflow.hf.loading import _tokenize, check_vocabulary, max_input_tokens
-from attnflow.hf.methods import INPUT_PROVIDERS, MODEL_METHODS, InputContext, _method_specs
+from attnflow.hf.batching import (
+    _batch_target,
+    _explained_rows,
+    _float64_attentions,
+    _prediction,
+    _real,
+    _sink_mask,
+    _stream_batch,
+)
+from attnflow.hf.causal_options import (
+    check_layers,
+    check_receptive_field,
+    concentration_alarm,
+    resolve_sinks,
+    sink_alarm,
+    sink_keys,
+    sink_record,
+    warn_concentration,
+    warn_sinks,
+)
+from attnflow.hf.explanation import Explanation, Explanations
+from attnflow.hf.loading import _tokenize, check_vocabulary, max_input_tokens, model_layers
+from attnflow.hf.methods import MODEL_METHODS, InputContext, _method_specs, need_makers
 from attnflow.hf.rows import (
     _check_layer,
     _pools_without_pad_id,
@@ -25,6 +45,10 @@ from attnflow.hf.rows import (
     is_causal_model,
 )
 from attnflow.hf.words import _label, merge_scores, word_groups
+
+# explain_texts shows a progress bar by default from this many tokens in one text (a few seconds of
+# raw + rollout + flow on 2 cores for a 30-layer 135M model) or with more than one batch.
+PROGRESS_TOKENS = 512
 
 
 def explain_batch(
@@ -40,10 +64,25 @@ def explain_batch(
     extra_inputs: Mapping[str, Any] | None,
     mask_token_id: int | None = None,
     stream: bool | None = None,
+    sinks: str = "none",
+    sink_positions: Any = "auto",
+    receptive_field: str = "none",
+    layers: int | Sequence[int] | None = None,
+    detect_sinks: bool | None = None,
 ) -> tuple[AttentionOutput, list[dict[str, Any]]]:
     """Run the model once on a batch, then every method: one call for the whole batch when every
     sample explains the same row (padding passed as `mask`), else one call per sample on its real
-    tokens. Returns the forward and, per sample, maps (L, T_b), row, layer, logits.
+    tokens. Returns the forward and, per sample, maps (L, T_b), row, layer, logits, and "sinks":
+    the sink positions found among its real tokens (`attnflow.explain.find_sinks`; [] when not
+    looked for).
+
+    sinks ("none", "auto", "diagonal", "drop"; `attnflow.explain.causal`) at sink_positions ("auto":
+    found per sample, or positions / a mask) and receptive_field ("none", "uniform", "column")
+    apply to every attention method (gradient methods: on the sink-handled attention with the
+    model's gradient), not to model-level ones (attnlrp). detect_sinks: look for sinks even when
+    sinks="none" (default: on causal models). layers: the 0-based layers to compute (None:
+    all); maps then hold those rows only, in order, and `layer` indexes them; each attention
+    method runs on the layers up to the highest one asked (flow from those layers only).
 
     A language model's logits (and gradients) are read at the explained row when it is a position,
     else at the last real token; a masked LM's "auto" row is the first `mask_token_id`.
@@ -51,17 +90,31 @@ def explain_batch(
     stream: compute raw, rollout and flow inside the forward (`attnflow.stream`, float64, the same
     numbers) instead of capturing (B, L, H, T, T). None (default): whenever every method is one of
     those, heads="mean", the row is one position and the input is text; False: never."""
-    from attnflow.explain.apply import apply
+    from attnflow.explain import sink_mode
+    from attnflow.explain.apply import CausalSpec, apply
     from attnflow.methods import METHODS, MethodRecord
 
     specs = _method_specs(methods)
     extra_inputs = dict(extra_inputs or {})
-    if stream is not False and _streamable(model, inputs, specs, rows, heads, extra_inputs):
+    mode = sink_mode(sinks)
+    check_receptive_field(receptive_field)
+    causal = is_causal_model(model)
+    detect = causal if detect_sinks is None else bool(detect_sinks)
+    n_model = model_layers(model)
+    stream_layers = check_layers(layers, n_model) if n_model and layers is not None else None
+    if (
+        stream is not False
+        and receptive_field == "none"
+        and (causal or (mode == "none" and not detect))  # the stream's sink handling is causal
+        and _streamable(model, inputs, specs, rows, heads, extra_inputs)
+    ):
         return _stream_batch(model, inputs, [name for name, _, _ in specs], layer=layer, rows=rows,
-                             residual=residual, mask_token_id=mask_token_id)  # fmt: skip
+                             residual=residual, mask_token_id=mask_token_id, mode=mode,
+                             sink_positions=sink_positions, detect=detect, layers=stream_layers)  # fmt: skip
     needs = {n for _, _, ns in specs for n in ns} - set(extra_inputs)
-    custom = sorted(needs - set(NEEDS))  # made by a registered provider, not by the bridge
-    if missing := [n for n in custom if n not in INPUT_PROVIDERS]:
+    custom = sorted(needs - set(NEEDS))  # made by a registered provider or a need record's capturer
+    makers = need_makers(custom)
+    if missing := [n for n in custom if n not in makers]:
         who = [name for name, _, ns in specs if set(ns) & set(missing)]
         raise ValueError(
             f"method(s) {who} need input(s) {missing} that attnflow.hf cannot make; pass extra_inputs= "
@@ -73,29 +126,47 @@ def explain_batch(
     out = forward(model, inputs, ("attentions", *sorted(needs & set(NEEDS))), target=target if want_ids else None,
                   positions=positions)  # fmt: skip
     ctx = InputContext(model=model, inputs=inputs, out=out, target=target)
-    made = {**out.inputs, **{n: INPUT_PROVIDERS[n](ctx) for n in custom}}
+    made = {**out.inputs, **{n: makers[n](ctx) for n in custom}}
     bsz, num_layers, _, tokens, _ = out.attentions.shape
-    layer = _check_layer(layer, num_layers)
+    chosen = check_layers(layers, num_layers)
+    top = chosen[-1] + 1  # every attention method's layer l reads layers 0..l only
+    layer = _check_layer(layer, len(chosen))
     valid = out.attention_mask
     valid = np.ones((bsz, tokens), dtype=bool) if valid is None else valid.cpu().numpy()  # (B, T)
-    spec, _, at, row_of = _explained_rows(model, valid, rows, positions)
+    spec, idx, at, row_of = _explained_rows(model, valid, rows, positions)
     attn_all = _float64_attentions(out.attentions, valid)  # (B, L, H, T, T)
     made = {
         k: torch.as_tensor(v).detach().to(device="cpu", dtype=torch.float64).numpy() for k, v in made.items()
     }
+    sink_mask = None  # (B, L, H, T) bool sink keys of each head
+    if mode != "none" or detect:
+        sink_mask = _sink_mask(attn_all, valid, sink_positions, causal=causal)
+    attn_use = attn_all[:, :top]  # (B, top, H, T, T)
+    made = {k: v[:, :top] if v.ndim >= 4 and v.shape[1] == num_layers else v for k, v in made.items()}
     maps: list[dict[str, np.ndarray]] = [{} for _ in range(bsz)]
+    plain = mode == "none" and receptive_field == "none"
     for name, fn, ns in specs:
         if name in MODEL_METHODS:
             for b, m in enumerate(fn(ctx, valid, out.positions)):
-                maps[b][name] = m  # (L, T_b)
+                maps[b][name] = np.asarray(m)[chosen]  # (len(chosen), T_b)
             continue
         record = METHODS.get(name)
         if record is None or record.function is not fn:  # a method of the caller's, not (yet) recorded
             record = MethodRecord(name, name, fn, needs=ns)
-        got = apply([record], attn_all, {**made, **extra_inputs}, spec, residual=residual, heads=heads,
-                    valid=valid, per_sample_inputs=tuple(extra_inputs), at=at)  # fmt: skip
+        if plain:
+            got = apply([record], attn_use, {**made, **extra_inputs}, spec, residual=residual, heads=heads,
+                        valid=valid, per_sample_inputs=tuple(extra_inputs), at=at)  # fmt: skip
+        else:  # each sample on its real tokens, with its own sinks
+            got = []
+            for b, i in enumerate(idx):
+                one = {k: _real(v, b, i) for k, v in made.items()}
+                keys = "auto" if sink_mask is None else sink_mask[b : b + 1, :top][..., i]  # (1, top, H, T_b)
+                options = CausalSpec(sinks=mode, sink_positions=keys, receptive_field=receptive_field)
+                got += apply([record], _real(attn_use, b, i), {**one, **extra_inputs}, spec, options,
+                             residual=residual, heads=heads, per_sample_inputs=tuple(extra_inputs),
+                             at=None if at is None else [at[b]])  # fmt: skip
         for b in range(bsz):
-            maps[b][name] = got[b][name]  # (L, T_b)
+            maps[b][name] = np.asarray(got[b][name])[chosen]  # (len(chosen), T_b)
     lm = out.logits is not None and out.logits.ndim == 3
     results = []
     for b in range(bsz):
@@ -106,38 +177,10 @@ def explain_batch(
                 z = z[int(out.positions[b])]
             logits = z.float().cpu().numpy()
         keep = torch.from_numpy(valid[b])
-        results.append(
-            {"maps": maps[b], "row": row_of[b], "layer": layer, "logits": logits, "lm": lm, "keep": keep}
-        )
+        found = [] if sink_mask is None else sink_keys(sink_mask[b][..., idx[b]])
+        results.append({"maps": maps[b], "row": row_of[b], "layer": layer, "logits": logits, "lm": lm,
+                        "keep": keep, "sinks": found, "layers": chosen})  # fmt: skip
     return out, results
-
-
-def _explained_rows(
-    model: Any, valid: np.ndarray, rows: Any, positions: torch.Tensor | None
-) -> tuple[Any, list[np.ndarray], list[int] | None, list[Any]]:
-    """(RowSpec, each sample's real positions, a masked LM's explained row among them or None, the
-    row each sample explains): the row decoding of `explain_batch`, classic or streamed.
-    positions: the scored absolute positions (`_scored_positions`), which a masked LM's "auto" row is."""
-    from attnflow.explain.apply import RowSpec
-
-    idx = [np.flatnonzero(v) for v in valid]  # real positions of each sample
-    at = None
-    if positions is not None and rows == "auto":  # a masked LM: its mask position
-        at = [int(np.searchsorted(i, int(p))) for i, p in zip(idx, positions, strict=True)]
-    spec = RowSpec(rows, causal=is_causal_model(model))
-    row_of = at if at is not None else [spec.position(len(i)) for i in idx]
-    return spec, idx, at, row_of
-
-
-def _batch_target(target: Target, idx: Sequence[int], n_texts: int) -> Target:
-    """The target of the texts `idx` (one length batch): a per-text sequence is cut to them; a
-    class, "predicted", a callable or None applies to every text as it is."""
-    if isinstance(target, str | int | np.integer) or target is None or callable(target):
-        return target
-    per_text = target.tolist() if isinstance(target, torch.Tensor | np.ndarray) else list(target)
-    if len(per_text) != n_texts:
-        raise ValueError(f"a per-text target must give one class per text ({n_texts}), got {len(per_text)}")
-    return [per_text[i] for i in idx]
 
 
 def _streamable(
@@ -162,75 +205,6 @@ def _streamable(
     )
 
 
-def _stream_batch(
-    model: Any,
-    inputs: Mapping[str, Any],
-    names: list[str],
-    *,
-    layer: int,
-    rows: Any,
-    residual: float,
-    mask_token_id: int | None,
-) -> tuple[AttentionOutput, list[dict[str, Any]]]:
-    """`explain_batch` for raw / rollout / flow, computed inside the forward in float64."""
-    from attnflow.bridge import Captured
-    from attnflow.bridge.hf import TOKENIZER_ONLY_KEYS, last_positions
-    from attnflow.stream import stream_maps
-
-    ids = inputs["input_ids"]
-    batch = {k: v for k, v in inputs.items() if k not in TOKENIZER_ONLY_KEYS}
-    mask = inputs.get("attention_mask")
-    valid = (torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()).cpu()
-    scored = _scored_positions(model, inputs, rows, mask_token_id)  # (B,) absolute, or None
-    _, idx, _, row_of = _explained_rows(model, valid.numpy(), rows, scored)
-    at = torch.tensor([[int(i[r])] for i, r in zip(idx, row_of, strict=True)], device=ids.device)  # (B, 1)
-    if scored is None:
-        scored = last_positions(valid.to(ids.device), ids.shape[0], ids.shape[1], ids.device)
-    got = stream_maps(model, batch, at, names, residual=residual, dtype=torch.float64,
-                      logits_at=scored.to(ids.device))  # fmt: skip
-    num_layers = got[names[0]].shape[1]
-    layer = _check_layer(layer, num_layers)
-    logits = got["logits"]
-    head = getattr(model, "get_output_embeddings", lambda: None)()
-    lm = logits is not None and head is not None  # a language model's next-token (or masked) logits
-    results = []
-    for b, keep in enumerate(idx):
-        maps = {
-            name: got[name][b, :, 0][:, torch.from_numpy(keep)].cpu().numpy() for name in names
-        }  # (L, T_b)
-        z = None if logits is None else logits[b].float().cpu().numpy()
-        results.append({"maps": maps, "row": row_of[b], "layer": layer, "logits": z, "lm": bool(lm),
-                        "keep": valid[b]})  # fmt: skip
-    out = Captured(logits=logits, attentions=None, attention_mask=valid, positions=scored)
-    return out, results
-
-
-def _float64_attentions(attentions: torch.Tensor, valid: np.ndarray) -> np.ndarray:
-    """float64 numpy attentions (B, L, H, T, T), once per batch, for the explainers.
-
-    float16 / bfloat16 rows are checked against their own dtype's row-sum tolerance
-    (attnflow.explain ROW_SUM_TOLS), then rescaled to sum to 1: in float64 the explainers would hold
-    them to float32's tolerance, which rounding to 8 significant bits alone can exceed.
-    """
-    from attnflow.explain._common import ROW_SUM_TOL, head_stack, prepare, row_sum_tolerance
-
-    if row_sum_tolerance(attentions) <= ROW_SUM_TOL:
-        return attentions.detach().to(device="cpu", dtype=torch.float64).numpy()
-    return head_stack(prepare(attentions, mask=valid), renormalize=True)
-
-
-def _prediction(model: Any, res: Mapping[str, Any], tokenizer: Any = None) -> tuple[int | None, str | None]:
-    """(arg-max class, its label): config.id2label for classifiers, the decoded next token for LMs."""
-    logits = res["logits"]
-    if logits is None or logits.size == 0:
-        return None, None
-    pred = int(np.argmax(logits))
-    if res["lm"] and tokenizer is not None:
-        return pred, tokenizer.decode([pred])
-    id2label = getattr(getattr(model, "config", None), "id2label", None) or {}
-    return pred, str(id2label.get(pred, pred))
-
-
 def explain_texts(
     model: Any,
     tokenizer: Any,
@@ -246,19 +220,32 @@ def explain_texts(
     truncate: bool = False,
     batch_size: int = 16,
     extra_inputs: Mapping[str, Any] | None = None,
-    progress: bool = False,
-) -> list[Explanation]:
+    progress: bool | None = None,
+    sinks: str | None = None,
+    sink_positions: Any = "auto",
+    receptive_field: str = "none",
+    layers: int | Sequence[int] | None = None,
+) -> Explanations:
     """`explain_text` for many texts: one model, length-sorted batches, results in input order.
 
-    progress=True shows a tqdm bar over the texts.
+    progress: a tqdm bar over the texts (None: when the call may take more than a few seconds,
+    i.e. more than one batch or a text of PROGRESS_TOKENS tokens or more; False: never).
+    sinks, sink_positions, receptive_field, layers: as in `explain_text`.
     """
     from attnflow.batches import length_batches
+    from attnflow.explain import sink_mode
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     texts = list(texts)
     if not all(isinstance(t, str) for t in texts):
         raise ValueError("texts must be strings")
+    causal = is_causal_model(model)
+    choice = resolve_sinks(sinks, causal=causal)
+    mode = sink_mode(choice)
+    check_receptive_field(receptive_field)
+    if model_layers(model):
+        check_layers(layers, model_layers(model) or 0)  # a bad layer fails before any work
     device = model_device(model)
     limit = max_input_tokens(model, tokenizer)
     _method_specs(methods)  # fail on a bad method before any work
@@ -275,17 +262,26 @@ def explain_texts(
     special = list(getattr(tokenizer, "all_special_tokens", []) or [])
     results: list[Explanation | None] = [None] * len(texts)
     bar = None
+    batches = list(length_batches(lengths, batch_size))
+    if progress is None:
+        progress = len(batches) > 1 or max(lengths, default=0) >= PROGRESS_TOKENS
+    names = [n for n, _, _ in _method_specs(methods)]
+    alarms: list[tuple[str | None, tuple[float, str]]] = []  # texts whose sink takes most of a map
+    piled: list[tuple[str | None, tuple[float, str]]] = []  # texts where one token takes a whole map
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(texts), desc="explain", unit="text")
+        bar = tqdm(total=len(texts), desc=f"explain ({', '.join(names)})", unit="text")
     try:
-        for idx in length_batches(lengths, batch_size):
+        for idx in batches:
             enc = _tokenize(tokenizer, [texts[i] for i in idx], limit=limit, truncate=truncate, device=device)
+            if bar is not None:
+                bar.set_postfix_str(f"{enc['input_ids'].shape[1]} tokens", refresh=True)
             _, per_sample = explain_batch(
                 model, enc, methods=methods, layer=layer, rows=rows, residual=residual, heads=heads,
                 target=_batch_target(target, idx, len(texts)), extra_inputs=extra_inputs,
-                mask_token_id=getattr(tokenizer, "mask_token_id", None),
+                mask_token_id=getattr(tokenizer, "mask_token_id", None), sinks=choice,
+                sink_positions=sink_positions, receptive_field=receptive_field, layers=layers,
             )  # fmt: skip
             for r, i in enumerate(idx):
                 res = per_sample[r]
@@ -297,23 +293,40 @@ def explain_texts(
                     res["maps"] if not merge else {m: merge_scores(v, groups) for m, v in res["maps"].items()}
                 )
                 pred, label = _prediction(model, res, tokenizer)
+                found = res.get("sinks", [])
+                meta = {
+                    "model_tokens": tokens,
+                    "row_label": None if isinstance(res["row"], str) else _label([tokens[res["row"]]], tokenizer, special),
+                    "special": [k for k, g in enumerate(groups) if len(g) == 1 and tokens[g[0]] in special],
+                    "residual": residual,
+                    "heads": heads,
+                }  # fmt: skip
+                if causal or choice != "none" or receptive_field != "none":
+                    meta["sinks"] = sink_record(choice, mode, found, receptive_field, groups, labels, tokens,
+                                                causal=causal)  # fmt: skip
+                if layers is not None:
+                    meta["layers"] = list(res["layers"])
+                if mode == "none" and found:
+                    alarm = sink_alarm(maps, found, labels, groups, layers=res["layers"])
+                    if alarm is not None:
+                        alarms.append((texts[int(i)], alarm))
+                elif causal and receptive_field == "none":
+                    shown = next((k for k, g in enumerate(groups) if res["row"] in g), None)
+                    alarm = concentration_alarm(maps, labels, layers=res["layers"], row=shown)
+                    if alarm is not None:
+                        piled.append((texts[int(i)], alarm))
                 results[int(i)] = Explanation(
                     tokens=labels, maps=maps, layer=res["layer"], row=res["row"], logits=res["logits"],
-                    prediction=pred, label=label, text=texts[int(i)], groups=groups, kind="text",
-                    meta={
-                        "model_tokens": tokens,
-                        "row_label": None if isinstance(res["row"], str) else _label([tokens[res["row"]]], tokenizer, special),
-                        "special": [k for k, g in enumerate(groups) if len(g) == 1 and tokens[g[0]] in special],
-                        "residual": residual,
-                        "heads": heads,
-                    },
+                    prediction=pred, label=label, text=texts[int(i)], groups=groups, kind="text", meta=meta,
                 )  # fmt: skip
             if bar is not None:
                 bar.update(len(idx))
     finally:
         if bar is not None:
             bar.close()
-    return results  # type: ignore[return-value]
+    warn_sinks(alarms, len(texts), stacklevel=3)  # once per call, naming the worst sink
+    warn_concentration(piled, len(texts), stacklevel=3)  # and the worst receptive-field pile-up
+    return Explanations(results)  # a list that is also one table (.to_pandas()); every slot is filled
 
 
 def explain_text(
@@ -330,12 +343,17 @@ def explain_text(
     merge: bool = False,
     truncate: bool = False,
     extra_inputs: Mapping[str, Any] | None = None,
+    sinks: str | None = None,
+    sink_positions: Any = "auto",
+    receptive_field: str = "none",
+    layers: int | Sequence[int] | None = None,
+    progress: bool | None = None,
 ) -> Explanation:
     """Explain one text with every method of `methods`, at every layer: one forward of any model.
 
     maps[method][l, j] = the method's attribution of token j to the explained query row at layer l
     (the explainer applied to the eager attentions [layer, head, query, key] of the real tokens,
-    with A = (1 - residual) W + residual I; see attnflow.explain.EXPLAINERS).
+    with A = (1 - residual) W + residual I; see attnflow.methods.EXPLAINERS).
     rows: "auto" ("cls" = row 0 for encoders, "last" = the last real token for decoder-only
     language models and decoder-only sequence classifiers, which pool it; left or right padding),
     "cls", "last", a token index, or "max" / "mean" over
@@ -344,6 +362,17 @@ def explain_text(
     Chefer et al.) get d score / d attention of `target` (default: the predicted class / next
     token); other extra inputs come from `extra_inputs`. Raises ValueError for an unknown method,
     a text longer than the model takes (unless truncate=True), or a model without attentions.
+
+    Decoder LMs (causal attention) park most attention on a sink token (`attnflow.explain.causal`):
+    sinks=None (default) handles them on causal models as the generation path does ("auto" =
+    "diagonal" at the sinks `find_sinks` finds: their attention moved to each row's own token)
+    and leaves encoders unchanged ("none"); "drop" re-normalises without them; "none" keeps them,
+    with a SinkWarning naming the sink when it holds >= 50 % of a layer's map. sink_positions:
+    "auto" or the positions / mask to treat as sinks. receptive_field: "none", "uniform" or
+    "column" (`attnflow.explain.normalize_receptive_field`). meta["sinks"] records the choice,
+    the sinks found and the columns removed (drawn as removed). layers: the 0-based layers to
+    compute (None: all); maps then hold those rows, meta["layers"] names them, and `layer`
+    indexes them. progress: a tqdm bar (None: for long texts, PROGRESS_TOKENS tokens or more).
 
     >>> import torch
     >>> from transformers import BertConfig, BertForSequenceClassification, BertTokenizer
@@ -362,7 +391,8 @@ def explain_text(
         raise ValueError(f"text must be a string (use explain_texts for many), got {type(text).__name__}")
     return explain_texts(
         model, tokenizer, [text], methods=methods, layer=layer, rows=rows, residual=residual, heads=heads,
-        target=target, merge=merge, truncate=truncate, extra_inputs=extra_inputs,
+        target=target, merge=merge, truncate=truncate, extra_inputs=extra_inputs, sinks=sinks,
+        sink_positions=sink_positions, receptive_field=receptive_field, layers=layers, progress=progress,
     )[0]  # fmt: skip
 
 

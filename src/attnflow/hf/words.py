@@ -54,17 +54,33 @@ def _word_text(pieces: Sequence[str], tokenizer: Any = None) -> str:
     """The readable text of a group of tokens (markers removed; byte-level bytes decoded)."""
     if tokenizer is not None and hasattr(tokenizer, "convert_tokens_to_string"):
         try:
-            text = tokenizer.convert_tokens_to_string(list(pieces)).strip()
+            raw = tokenizer.convert_tokens_to_string(list(pieces))
         except Exception:  # a tokenizer without a decoder: fall back to marker stripping
-            text = ""
+            raw = ""
+        text = raw.strip() if isinstance(raw, str) else ""
         if text:
             return text
+        if isinstance(raw, str) and raw:  # only white space (byte-level "Ċ" = a newline): shown, not lost
+            return visible_space(raw)
     first, rest = pieces[0], pieces[1:]
     text = _strip_marker(first) + "".join(
         p[len(WORDPIECE_CONTINUATION) :] if p.startswith(WORDPIECE_CONTINUATION) else _strip_marker(p)
         for p in rest
     )
     return text or first
+
+
+# How a token that is only white space is shown: a newline, a tab, a space.
+SPACE_SYMBOLS = {"\n": "⏎", "\t": "⇥", " ": "␣", "\r": "⏎"}
+
+
+def visible_space(text: str) -> str:
+    """White space drawn with symbols, so a newline or space token has a label.
+
+    >>> visible_space("\\n\\n"), visible_space("  ")
+    ('⏎⏎', '␣␣')
+    """
+    return "".join(SPACE_SYMBOLS.get(ch, "␣" if ch.isspace() else ch) for ch in text)
 
 
 def merge_scores(scores: Any, groups: Sequence[Sequence[int]]) -> np.ndarray:

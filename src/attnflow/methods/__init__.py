@@ -2,7 +2,7 @@
 
 Every module of this package declares its methods as ``RECORDS`` (a tuple of ``MethodRecord``);
 the registry below collects them, in ``order``. Everything that lists methods reads it: the
-explainer registry (``attnflow.explain.EXPLAINERS``), what the capture stage keeps
+explainer registry (``attnflow.methods.EXPLAINERS``), what the capture stage keeps
 (``attnflow.method_inputs``), the Python API and the CLI's choices, generation, the config's
 allowed values, the explain stage's per-head maps and CLS convention, the report's labels, order
 and figures, and the invariant tests. Adding a method is one module here (its algorithm on the
@@ -15,28 +15,45 @@ heavy implementations import their dependencies when first called.
 ['raw', 'rollout', 'flow']
 >>> METHODS["chefer"].needs, METHODS["chefer"].rows
 (('attn_grad',), 'classification')
+>>> [r.name for r in resolve(["rollout", "alti"])], EXPLAINER_INPUTS["attention_norm"]
+(['rollout', 'alti'], ('value_outputs',))
+
+A method name becomes a record here and nowhere else (`resolve`); the layers below (the method kit
+and the algorithms, `attnflow.explain`; the needs, `attnflow.needs`) never read this package, they
+are handed records. `register` adds a method from outside the package: its module defines a
+record (and, for a new model quantity, a need: `attnflow.needs.register_need`) and calls it; the
+method then runs in ``explain_text``, the CLI (``--methods``) and wherever the views below are read.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from attnflow.options import CLS_SELF
 
 __all__ = [
+    "EXPLAINERS",
+    "EXPLAINER_INPUTS",
     "KINDS",
     "METHODS",
+    "MODEL_METHODS",
     "ROWS",
     "ROW_SUM_LAWS",
     "MethodRecord",
     "generation_methods",
     "labels",
+    "load_plugins",
     "map_methods",
+    "needed_inputs",
+    "register",
+    "resolve",
     "study_methods",
+    "unregister",
 ]
 
 KINDS = ("attention", "model")  # a function of attention arrays | a pass through the model itself
@@ -129,6 +146,98 @@ def _collect() -> dict[str, MethodRecord]:
 
 METHODS: dict[str, MethodRecord] = _collect()
 
+# Views of the records, kept in step by `register`: attention method -> its function (called
+# fn(attn, *, residual, heads, rows, lengths, mask, **needs, **options)); attention method -> the
+# needs it reads besides attn (`attnflow.needs`); the methods computed from the model itself.
+EXPLAINERS: dict[str, Callable[..., Any]] = {}
+EXPLAINER_INPUTS: dict[str, tuple[str, ...]] = {}
+MODEL_METHODS: dict[str, Callable[..., Any]] = {}
+
+
+def _publish() -> None:
+    for view in (EXPLAINERS, EXPLAINER_INPUTS, MODEL_METHODS):
+        view.clear()
+    for r in sorted(METHODS.values(), key=lambda r: (r.order, r.name)):
+        if r.kind == "attention":
+            EXPLAINERS[r.name] = r.function
+            EXPLAINER_INPUTS[r.name] = tuple(r.needs or ())
+        else:
+            MODEL_METHODS[r.name] = r.function
+
+
+_publish()
+
+
+def register(record: MethodRecord, *, replace: bool = False) -> MethodRecord:
+    """Add a method from outside the package (``attnflow.methods.register(MethodRecord(...))``); a
+    name already taken raises unless ``replace``. Every need it reads must have a record
+    (`attnflow.needs.NEEDS`, `attnflow.needs.register_need`). Returns the record."""
+    from attnflow.needs import NEEDS
+
+    if not isinstance(record, MethodRecord):
+        raise ValueError(f"register takes a MethodRecord, got {type(record).__name__}")
+    if record.name in METHODS and not replace and METHODS[record.name] is not record:
+        raise ValueError(f"method {record.name!r} is already registered (pass replace=True to replace it)")
+    if missing := [n for n in record.needs or () if n not in NEEDS]:
+        raise ValueError(
+            f"method {record.name!r} reads {missing}, which no need record declares: register them first "
+            "(attnflow.needs.register_need)"
+        )
+    METHODS[record.name] = record
+    ordered = sorted(METHODS.values(), key=lambda r: (r.order, r.name))
+    METHODS.clear()
+    METHODS.update({r.name: r for r in ordered})
+    _publish()
+    return record
+
+
+def unregister(name: str) -> MethodRecord:
+    """Remove a method added with `register` (tests, a plugin replaced); returns its record."""
+    if name not in METHODS:
+        raise ValueError(f"no method {name!r} to unregister")
+    record = METHODS.pop(name)
+    _publish()
+    return record
+
+
+PLUGINS_ENV = "ATTNFLOW_PLUGINS"
+
+
+def load_plugins(modules: str | None = None) -> list[str]:
+    """Import the modules named in ``modules`` (default: the environment variable ATTNFLOW_PLUGINS),
+    comma-separated: each registers its methods and needs when imported (`register`,
+    `attnflow.needs.register_need`). Called when this package is imported, so a method written
+    outside attnflow runs in the CLI (``ATTNFLOW_PLUGINS=my_methods attnflow explain --method
+    mine ...``) as in Python. Returns the modules imported."""
+    text = os.environ.get(PLUGINS_ENV, "") if modules is None else modules
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ImportError(f"{PLUGINS_ENV}: cannot import the method module {name!r}: {exc}") from exc
+    return names
+
+
+def resolve(names: str | Sequence[str]) -> list[MethodRecord]:
+    """The records of method names, in the order given (duplicates dropped); an unknown name
+    raises with the choices. The one place a name becomes a method."""
+    names = [names] if isinstance(names, str) else list(names)
+    if not names:
+        raise ValueError(f"methods is empty; choose from {', '.join(METHODS)}")
+    if unknown := [n for n in names if n not in METHODS]:
+        raise ValueError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
+    return [METHODS[n] for n in dict.fromkeys(names)]
+
+
+def needed_inputs(methods: Iterable[str]) -> list[str]:
+    """The needs of the named methods (besides the attentions), sorted.
+
+    >>> needed_inputs(["flow", "chefer_lrp", "chefer"])
+    ['attn_grad', 'attn_relevance']
+    """
+    return sorted({k for r in resolve(list(methods)) for k in r.needs or ()})
+
 
 def study_methods() -> list[MethodRecord]:
     """The explain stage's methods (attention methods), in report order."""
@@ -150,3 +259,6 @@ def map_methods() -> tuple[str, ...]:
 def labels() -> dict[str, str]:
     """name -> display label of every method."""
     return {r.name: r.label for r in METHODS.values()}
+
+
+load_plugins()  # last: a plugin imports this package's names

@@ -102,7 +102,10 @@ def load_classifier(model_dir: str | Path, *, device: str | torch.device = "cpu"
                 raise unsafe_checkpoint_error(model_dir) from None
             if isinstance(exc, OSError):
                 raise FileNotFoundError(f"{model_dir}: cannot load the Hugging Face model ({exc})") from exc
-            raise
+            first = (str(exc).splitlines() or [""])[0]  # e.g. a truncated model.safetensors
+            raise ValueError(
+                f"{model_dir}: cannot load the Hugging Face model ({type(exc).__name__}: {first})"
+            ) from exc
         encoder = HFEncoder(AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True))
     else:
         raise ValueError(f"{manifest_path}: unknown model kind {kind!r}")

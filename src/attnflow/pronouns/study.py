@@ -150,8 +150,15 @@ def pronoun_study(
     wrong_ids = [pronoun_id(tokenizer, it.wrong) for it in items]
     mapped = [m for m in methods if m != IG] or ["raw"]  # one run also gives the logits
     explained = explain_texts(
-        model, tokenizer, texts, methods=mapped, target=right_ids, batch_size=batch_size, progress=progress
-    )  # length batches; each text keeps its own target
+        model,
+        tokenizer,
+        texts,
+        methods=mapped,
+        target=right_ids,
+        batch_size=batch_size,
+        progress=progress,
+        sinks="none",
+    )  # length batches; each text keeps its own target; plain attention, as the study reports it
     ig = None
     if IG in methods:
         from attnflow.compare.captum import integrated_gradients

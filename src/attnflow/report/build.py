@@ -7,6 +7,9 @@ blocks, and renders markdown and HTML from the same blocks. All writes are atomi
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,13 +17,13 @@ from typing import Any
 
 import pandas as pd
 
-from attnflow.io import load_artifact, read_json, write_json, write_text
+from attnflow.io import ArtifactError, json_text, load_artifact, read_json, write_together
 from attnflow.paths import StudyPaths
 
 from .context import FIGURES, Context
 from .document import render_html, render_markdown
 from .frames import comparison_frame, headline_payload, metric_cells, metrics_payload
-from .inputs import load_task
+from .inputs import check_inputs, load_task
 from .sections import SECTIONS, provenance
 
 __all__ = ["Report", "build_report", "read_sweep_table", "with_main_run"]
@@ -80,6 +83,7 @@ def build_report(
     paths: StudyPaths,
     config: Mapping[str, Any] | None = None,
     code: Mapping[str, Any] | None = None,
+    strict: bool = False,
 ) -> Report:
     """Read the stage outputs of ``tasks``, write the report files under ``paths.reports``.
 
@@ -88,8 +92,38 @@ def build_report(
     (:func:`attnflow.sweep.code_state`); given, seed-sweep jobs run by other code are left out of
     every seed table and named (unless report.allow_mixed_code). PNGs of
     earlier runs that this run did not draw are removed from ``figures/``.
+
+    Nothing under ``paths.reports`` changes until the whole report is made: the figures are drawn
+    beside it and moved in, and the texts swapped in together, at the end. ``strict`` (the report
+    stage): a missing input (:func:`.inputs.check_inputs`) or an unreadable one raises
+    :class:`attnflow.io.ArtifactError` naming it before anything is written; else the report
+    is made from what exists and lists what is missing.
     """
+    if strict:
+        check_inputs(tasks, paths)
     inputs = {task: load_task(task, paths) for task in tasks}
+    problems = [p for got in inputs.values() for p in got.problems]
+    if strict and problems:
+        raise ArtifactError(f"{problems[0]}; the report was left as it was")
+    paths.reports.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".figures.", dir=paths.reports))
+    try:
+        return _build(inputs, tasks=tasks, paths=paths, config=config, code=code, staging=staging)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _build(
+    inputs: dict[str, Any],
+    *,
+    tasks: Sequence[str],
+    paths: StudyPaths,
+    config: Mapping[str, Any] | None,
+    code: Mapping[str, Any] | None,
+    staging: Path,
+) -> Report:
+    """:func:`build_report` once the inputs are read: figures drawn into ``staging``, every file
+    swapped into place only after the last one is made."""
     comparison = comparison_frame({t: got.table for t, got in inputs.items()})
     sweep_jobs = read_json(paths.sweep_jobs)["jobs"] if paths.sweep_jobs.is_file() else []
     allow = bool(((config or {}).get("report") or {}).get("allow_mixed_code"))
@@ -116,6 +150,7 @@ def build_report(
         sweep_jobs=sweep_jobs,
         code=code,
         left_out=skip,
+        staging=staging,
         sweep_faithfulness=with_main_run(
             seeds_of_this_code(read_sweep_table(paths.sweep_faithfulness())),
             inputs,
@@ -126,10 +161,6 @@ def build_report(
     for section in SECTIONS:
         section(ctx)
 
-    keep = {p.resolve() for p in ctx.figures}
-    for stale in (paths.reports / FIGURES).glob("*.png"):
-        if stale.resolve() not in keep:
-            stale.unlink()
     title = f"Attention flow re-run: report ({ctx.config.get('study', 'attnflow')})"
     md, html_text = render_markdown(ctx.blocks), render_html(ctx.blocks, title=title)
     metrics = metrics_payload(inputs)
@@ -138,12 +169,23 @@ def build_report(
         for name in ("report.md", "report.html", "metrics.json", "headline.json", "comparison.csv")
     }
     published = comparison[comparison["task"].isin(list(tasks)) & comparison["mean"].notna()]
-    write_text(files["comparison.csv"], published[COMPARISON_COLUMNS].to_csv(index=False))
-    write_json(files["metrics.json"], metrics)
-    write_json(files["headline.json"], headline_payload(metrics))  # `dvc exp show` reads this one
-    write_text(files["report.md"], md)
-    write_text(files["report.html"], html_text)
+    texts = {
+        files["comparison.csv"]: published[COMPARISON_COLUMNS].to_csv(index=False),
+        files["metrics.json"]: json_text(metrics),
+        files["headline.json"]: json_text(headline_payload(metrics)),  # `dvc exp show` reads this one
+        files["report.md"]: md,
+        files["report.html"]: html_text,
+    }
     cells = metric_cells(inputs, comparison)
+    # every file is made: now swap them in (figures first, so the texts never name a missing one)
+    (paths.reports / FIGURES).mkdir(parents=True, exist_ok=True)
+    for final in dict.fromkeys(ctx.figures):  # a name drawn twice: its last drawing, once
+        os.replace(staging / final.name, final)
+    write_together(texts)
+    keep = {p.resolve() for p in ctx.figures}
+    for stale in (paths.reports / FIGURES).glob("*.png"):
+        if stale.resolve() not in keep:
+            stale.unlink()
     return Report(
         md, html_text, metrics, cells, files=[*files.values(), *ctx.figures], figures=list(ctx.figures)
     )

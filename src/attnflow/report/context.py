@@ -44,13 +44,16 @@ class Context:
     code: Mapping[str, Any] | None = None  # the code of this run (attnflow.sweep.code_state); None: unknown
     left_out: dict[int, list[str]] = field(default_factory=dict)  # seed -> why: sweep jobs of other code
     blocks: list[Block] = field(default_factory=list)
-    figures: list[Path] = field(default_factory=list)
+    figures: list[Path] = field(default_factory=list)  # where each figure goes: reports/figures/<name>
+    staging: Path | None = None  # drawn here first, moved to `figures` once the whole report is made
 
     def add(self, *blocks: Block) -> None:
         self.blocks.extend(blocks)
 
     def figure(self, fig: Any, name: str, alt: str, caption: str = "") -> None:
-        self.figures.append(figures.save_figure(fig, self.paths.reports / FIGURES / name))
+        final = self.paths.reports / FIGURES / name
+        figures.save_figure(fig, self.staging / name if self.staging is not None else final)
+        self.figures.append(final)
         self.add(Image(f"{FIGURES}/{name}", alt, caption))
 
     def labels(self, task: str) -> tuple[str, ...]:

@@ -94,7 +94,8 @@ def plot_curves(
 
 def plot_maps(maps: Mapping[str, np.ndarray], tokens: Sequence[str], *, title: str = "") -> Figure:
     """Figure 2/3: one [layer x token] panel per method, in the look of the CLI and the notebook
-    (`attnflow.viz.heatmap_figure`: L1 on top, each token's share against the uniform share 1/n).
+    (`attnflow.viz.heatmap_figure`: L1 on top, each token's share of the method's strongest layer
+    against the uniform share 1/n, one scale for every layer).
 
     ``maps[method]`` is the ``(L, T)`` explanation row at each layer (e.g. the CLS row).
     """

@@ -18,13 +18,14 @@ An HTML item (one input) is a mapping:
   1  good   0.600 ███▎
   2  movie  0.200
 
-(bars and colours: each token's share against the uniform share 1/n, `attnflow.viz.scale`; here
-good's 0.6 of n = 3 is log(1.8) / log(3) = 0.53 of the width, and 0.2 < 1/3 draws nothing.)
+(bars and colours: each token's share of the strongest row's mass against the uniform share 1/n, one
+scale for the whole map, `attnflow.viz.scale`; here one row: good's 0.6 of n = 3 is
+log(1.8) / log(3) = 0.53 of the width, and 0.2 < 1/3 draws nothing.)
 """
 
 from attnflow.viz.page import html_page, script_json, write_html
 from attnflow.viz.png import heatmap_figure, page_slices, save_png, uniform_rgba, write_png
-from attnflow.viz.scale import SCALE_LEGEND, uniform_shade
+from attnflow.viz.scale import SCALE_LEGEND, reference_mass, row_percent, scale_legend, uniform_shade
 from attnflow.viz.terminal import score_bar, shorten, token_table
 
 # Constants other modules and tests read from attnflow.viz.
@@ -39,7 +40,10 @@ __all__ = [
     "heatmap_figure",
     "html_page",
     "page_slices",
+    "reference_mass",
+    "row_percent",
     "save_png",
+    "scale_legend",
     "score_bar",
     "script_json",
     "shorten",

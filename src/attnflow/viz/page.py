@@ -68,24 +68,45 @@ _JS = r"""
   }
   var BLUE = DATA.blue.join(",");
   // the colour rule of every attnflow picture (attnflow.viz.scale.uniform_shade): a token's share
-  // s of its row's total against the uniform share 1/n, log(n s) / log(n) clipped to [0, 1]
-  function shades(item, row) {
-    var n = 0, total = 0;
-    row.forEach(function (v, j) { if (!isMuted(item, j)) { n += 1; total += Math.abs(v); } });
+  // s = |v| / R of the reference mass R (the method's strongest row, special tokens left out)
+  // against the uniform share 1/n, log(n s) / log(n) clipped to [0, 1]; one R for every row
+  function reference(item, mat) {
+    var r = 0;
+    mat.forEach(function (row) {
+      var m = 0;
+      row.forEach(function (v, j) { if (!isMuted(item, j) && isFinite(v)) { m += Math.abs(v); } });
+      r = Math.max(r, m);
+    });
+    return r;
+  }
+  function shades(item, row, ref) {
+    var n = 0;
+    row.forEach(function (v, j) { if (!isMuted(item, j)) { n += 1; } });
     return row.map(function (v, j) {
-      if (isMuted(item, j) || !(total > 0) || !isFinite(v)) { return 0; }
-      var s = Math.abs(v) / total;
+      if (isMuted(item, j) || !(ref > 0) || !isFinite(v)) { return 0; }
+      var s = Math.abs(v) / ref;
       var a = n <= 1 ? Math.min(s, 1) : Math.max(0, Math.min(1, Math.log(n * s) / Math.log(n)));
       return v < 0 ? -a : a;
     });
+  }
+  // the number of a cell (attnflow.viz.scale.row_percent): signed % of the row's total |score|
+  function rowPercent(row) {
+    var total = 0;
+    row.forEach(function (v) { if (isFinite(v)) { total += Math.abs(v); } });
+    return row.map(function (v) { return total > 0 && isFinite(v) ? 100 * v / total : 0; });
   }
   function shade(a) {
     return "rgba(" + (a < 0 ? BLUE : RGB) + "," + Math.abs(a).toFixed(3) + ")";
   }
   function ink(a) { return Math.abs(a) > 0.6 ? "#fff" : "#222"; }
 
-  function pct(v) { return (100 * v).toFixed(Math.abs(v) < 1 ? 1 : 0) + "%"; }
-  function cell(v) { return (100 * v).toFixed(Math.abs(v) < 1 ? 1 : 0); }
+  // percent: whole from 100, one decimal from 1, two significant digits below (a long input's
+  // cells are ~0.1 % each: "0.098" and "0.31" differ where "0.1" and "0.3" would hide it)
+  function cell(p) {
+    var a = Math.abs(p);
+    return a >= 99.95 ? p.toFixed(0) : a >= 0.995 || a === 0 ? p.toFixed(1) : p.toPrecision(2);
+  }
+  function pct(p) { return cell(p) + "%"; }
   function isMuted(item, j) { return $("mute").checked && (item.muted || []).indexOf(j) >= 0; }
   function shadedCount(item) {
     var n = 0;
@@ -97,7 +118,9 @@ _JS = r"""
     var item = DATA.items[state.item];
     var mat = item.maps[state.method];
     var values = mat[state.row];
-    var alpha = shades(item, values);
+    var ref = reference(item, mat);
+    var alpha = shades(item, values, ref);
+    var percent = rowPercent(values);
     $("title").textContent = item.title;
     $("subtitle").textContent = item.subtitle || "";
     var box = $("tokens"); box.textContent = "";
@@ -106,7 +129,7 @@ _JS = r"""
       s.className = isMuted(item, j) ? "tok muted" : "tok"; s.textContent = tok;
       s.style.backgroundColor = shade(alpha[j]);
       s.style.color = ink(alpha[j]);
-      s.title = tok + ": " + pct(values[j]);
+      s.title = tok + ": " + pct(percent[j]);
       s.dataset.score = String(values[j]);
       box.appendChild(s); box.appendChild(document.createTextNode(" "));
     });
@@ -124,14 +147,15 @@ _JS = r"""
       if (i === state.row) { tr.className = "sel"; }
       var th = document.createElement("th"); th.className = "rowlab"; th.textContent = item.rows[i];
       tr.appendChild(th);
-      var rowAlpha = shades(item, row);
+      var rowAlpha = shades(item, row, ref);
+      var rowPct = rowPercent(row);
       row.forEach(function (v, j) {
         var td = document.createElement("td");
         if (isMuted(item, j)) { td.className = "muted"; }
         td.style.backgroundColor = shade(rowAlpha[j]);
         td.style.color = ink(rowAlpha[j]);
-        td.textContent = cell(v);
-        td.title = item.rows[i] + " / " + item.columns[j] + ": " + pct(v);
+        td.textContent = cell(rowPct[j]);
+        td.title = item.rows[i] + " / " + item.columns[j] + ": " + pct(rowPct[j]);
         tr.appendChild(td);
       });
       tr.addEventListener("click", function () { state.row = i; $("row").value = String(i); render(); });
@@ -293,10 +317,12 @@ window.addEventListener("error", function (e) {{
   <span id="legend"><span>≤ 1/n</span> <span class="ramp"></span> <span>all on one token (n = <span id="n"></span>)</span></span>
 </div>
 <div id="tokens"></div>
-<p class="hint">Colour: each token's share of the {esc(row_name)}'s total against the uniform share 1/n
-of the n shaded tokens: white at 1/n or less, full colour when one token holds it all (log scale;
-red for positive scores, blue for negative ones), so a uniform {esc(row_name)} is white. Hover for values.
-Below: every {esc(row_name)}, scores in % with one decimal (click a {esc(row_name)} to choose it).
+<p class="hint">Colour: each token's share of the method's strongest {esc(row_name)} (its total over
+the n shaded tokens) against the uniform share 1/n, one scale for every {esc(row_name)}: white at 1/n
+or less, full colour when one token holds it all (log scale; red for positive scores, blue for
+negative ones), so a uniform {esc(row_name)}, or one holding almost nothing, is white. Hover for values.
+Below: every {esc(row_name)}, each score in % of its {esc(row_name)}'s total (of its total |score| when
+scores are signed), one decimal (click a {esc(row_name)} to choose it).
 {esc(note)}</p>
 <table class="grid" id="grid"></table>
 <script type="application/json" id="data">{payload}</script>

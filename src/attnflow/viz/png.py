@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from attnflow.io import write_bytes
-from attnflow.viz.scale import SCALE_LEGEND, uniform_shade
+from attnflow.viz.scale import row_percent, scale_legend, uniform_shade
 from attnflow.viz.terminal import _printable
 
 # Shading colours of the HTML page and the PNG: positive scores, negative scores (scale="uniform").
@@ -25,6 +25,8 @@ PNG_CMAP = "Reds"
 MUTED_RGBA = (0.88, 0.88, 0.88, 1.0)
 # No PNG is larger than this on a side (pixels); long inputs are split into pages (`pages`).
 MAX_PNG_PIXELS = 4000
+# A score below -SIGN_TOL x the panel's largest |score| makes the panel signed (a diverging colour bar).
+SIGN_TOL = 1e-6
 # Write values into the PNG cells up to this many columns.
 ANNOTATE_MAX_COLUMNS = 40
 # Text properties of every artist drawn from a user's string (tokens, titles, labels): plain text,
@@ -47,13 +49,15 @@ def heatmap_figure(
     """A matplotlib Figure (Agg canvas, no pyplot): one heatmap [row, column] per method, stacked.
 
     scale="uniform" (the default, the rule of every attnflow picture, `attnflow.viz.scale`): each
-    cell against the uniform share 1/n of its row, white at or below it, full colour when the row
-    is all on one token (log scale; red > 0, blue < 0), so a uniform map is drawn white.
-    scale="row": each row relative to its own largest value (which token matters most in that
-    layer, however flat the row); scale="panel": one 0..max scale per method. Each panel has a
-    colour bar saying which. muted_columns (e.g. [CLS] / [SEP], which often take most of the mass)
-    are drawn grey and left out of the shading. annotate writes each value in percent, one
-    decimal, into its cell (default: when there are at most ANNOTATE_MAX_COLUMNS columns).
+    cell's share of the panel's strongest row against the uniform share 1/n, one scale for every
+    row of the panel: white at or below 1/n, full colour when that row is all on one token (log
+    scale; red > 0, blue < 0: diverging when a method has negative scores), so a uniform map and a
+    row holding almost nothing are drawn white. scale="row": each row relative to its own largest
+    value (which token matters most in that layer, however little it holds); scale="panel": one
+    0..max scale per method. Each panel has a colour bar saying which. muted_columns (e.g. [CLS] /
+    [SEP], which often take most of the mass) are drawn grey and left out of the shading. annotate
+    writes each cell's `row_percent` (signed % of its row's total |score|), one decimal, into it
+    (default: when there are at most ANNOTATE_MAX_COLUMNS columns).
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -87,7 +91,8 @@ def heatmap_figure(
         shown = np.where(muted[None, :], 0.0, np.nan_to_num(v))
         if scale == "uniform":
             shaded = uniform_shade(v, np.flatnonzero(muted))  # (rows, columns) in [-1, 1]
-            signed = bool((shaded < 0).any())
+            # a diverging colour bar for any negative score (not for float noise around 0)
+            signed = bool((shown < -SIGN_TOL * np.abs(shown).max(initial=0.0)).any())
             rgba = uniform_rgba(v, np.flatnonzero(muted))
             strength = np.abs(shaded)
         else:
@@ -103,7 +108,7 @@ def heatmap_figure(
         rgba[:, muted] = MUTED_RGBA
         ax.imshow(rgba, aspect="auto", interpolation="nearest")
         if annotate:
-            for (i, j), value in np.ndenumerate(v):
+            for (i, j), value in np.ndenumerate(row_percent(v)):
                 dark = not muted[j] and strength[i, j] > 0.55
                 ax.text(j, i, _cell_label(value), ha="center", va="center", fontsize=6.5,
                         color="white" if dark else "#333", **PLAIN_TEXT)  # fmt: skip
@@ -137,7 +142,7 @@ def heatmap_figure(
             ticks = ([-1.0] if signed else []) + [0.0, 0.5, 1.0]
             names = (["all (-)"] if signed else []) + ["≤ 1/n", f"{np.sqrt(max(n_shaded, 1)):.1f}/n", "all"]
             bar.set_ticks(ticks, labels=names, **PLAIN_TEXT)
-            bar.set_label(f"share of the {row_name} (n = {n_shaded})", fontsize=7, **PLAIN_TEXT)
+            bar.set_label(f"share of the strongest {row_name} (n = {n_shaded})", fontsize=7, **PLAIN_TEXT)
         elif scale == "panel":
             from matplotlib.ticker import PercentFormatter
 
@@ -153,9 +158,9 @@ def heatmap_figure(
         bar.ax.tick_params(labelsize=7)
     notes = []
     if annotate:
-        notes.append("numbers: score in %")
+        notes.append(f"numbers: % of the {row_name}'s total (signed scores: of its total |score|)")
     if scale == "uniform":
-        notes.append(SCALE_LEGEND)
+        notes.append(scale_legend(row_name))
     elif scale == "row":
         notes.append(f"shading: relative to each {row_name}'s largest score")
     if muted.any():
@@ -176,10 +181,11 @@ def _cmap() -> Any:
     return colormaps[PNG_CMAP]
 
 
-def uniform_rgba(matrix: Any, muted_columns: Sequence[int] = ()) -> np.ndarray:
+def uniform_rgba(matrix: Any, muted_columns: Sequence[int] = (), *, reference: Any = None) -> np.ndarray:
     """(rows, columns, 4) colours of `matrix` by the rule of every picture (`attnflow.viz.scale`):
-    white at or below the uniform share 1/n of each row, red above it (blue when negative)."""
-    return _diverging()(0.5 + 0.5 * uniform_shade(matrix, muted_columns))
+    white at or below the uniform share 1/n of the matrix's strongest row, red above it (blue when
+    negative). `reference`: as `uniform_shade`'s (e.g. one per row when rows are different methods)."""
+    return _diverging()(0.5 + 0.5 * uniform_shade(matrix, muted_columns, reference=reference))
 
 
 def _diverging() -> Any:
@@ -197,14 +203,14 @@ def _positive() -> Any:
     return LinearSegmentedColormap.from_list("attnflow+", [(1.0, 1.0, 1.0), tuple(c / 255 for c in _RGB)])
 
 
-def _cell_label(value: float) -> str:
-    """A cell's number: the score in percent, one decimal ("6.4"); whole percent from 100 up.
+def _cell_label(pct: float) -> str:
+    """A cell's number: a percentage (`row_percent`), one decimal ("6.4"); "100" for the whole row.
 
-    >>> _cell_label(0.0643), _cell_label(3.25), _cell_label(-0.002)
-    ('6.4', '325', '-0.2')
+    >>> _cell_label(6.43), _cell_label(100.0), _cell_label(-0.2)
+    ('6.4', '100', '-0.2')
     """
-    pct = 100 * float(value)
-    return f"{pct:.0f}" if abs(pct) >= 100 else f"{pct:.1f}"
+    pct = float(pct)
+    return f"{pct:.0f}" if abs(pct) >= 99.95 else f"{pct:.1f}"
 
 
 def page_slices(n: int, per_page: int) -> list[slice]:

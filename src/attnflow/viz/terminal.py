@@ -50,14 +50,17 @@ def token_table(
     bar_width: int | None = None,
     title: str | None = None,
     muted: Sequence[int] = (),
+    reference: Mapping[str, float] | None = None,
 ) -> str:
     """A text table: index, token, then per method the score and a bar.
 
     The bar follows the colour rule of every picture (`attnflow.viz.scale`): its length is the
-    token's share of the method's total against the uniform share 1/n, empty at or below 1/n, the
-    full width when one token holds everything (log scale), so a near-uniform method draws no bars;
-    a negative score's bar is drawn with ▒. bar_width defaults to 30 for one method and 12 per method
-    otherwise. muted rows (e.g. [CLS] / [SEP], which often take most of the mass) are left out of the
+    token's share of the reference mass R against the uniform share 1/n, empty at or below 1/n, the
+    full width when one token holds all of R (log scale), so a near-uniform method draws no bars;
+    a negative score's bar is drawn with ▒. `reference[method]` is R of the whole map the row comes
+    from (`attnflow.viz.scale.reference_mass` of every layer), so a layer holding almost nothing
+    draws (almost) no bars, as in the PNG; a method left out uses the shown row's own mass.
+    bar_width defaults to 30 for one method and 12 per method otherwise. muted rows (e.g. [CLS] / [SEP], which often take most of the mass) are left out of the
     total and of n, and drawn with ░ (their score against the largest other one, clipped at the width).
     """
     methods = list(scores)
@@ -76,7 +79,11 @@ def token_table(
     quiet = np.zeros(len(tokens), dtype=bool)
     quiet[[i for i in muted if 0 <= i < len(tokens)]] = True
     vmax = [float(np.nanmax(col[~quiet])) if (~quiet).any() else 0.0 for col in columns]
-    shades = [uniform_shade(col[None, :], np.flatnonzero(quiet))[0] for col in columns]
+    refs = [None if reference is None else reference.get(m) for m in methods]
+    shades = [
+        uniform_shade(col[None, :], np.flatnonzero(quiet), reference=ref)[0]
+        for col, ref in zip(columns, refs, strict=True)
+    ]
     lines = [] if title is None else [title]
     head = f"{'#':>{idx_w}}  {'token':<{tok_w}}"
     head += "".join(f"  {m:<{cell_w}}" for m in methods)

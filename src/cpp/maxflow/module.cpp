@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -23,6 +24,42 @@ namespace {
 void require(bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument("attnflow max flow: " + what);
 }
+
+// One call's Control (control.hpp) with the Python side of its polls, run on the calling thread
+// with the GIL taken: Ctrl-C (PyErr_CheckSignals runs the SIGINT handler, which raises
+// KeyboardInterrupt) and `progress(done)` (a callable, or None), each ending the call when it
+// raises. finish(), with the GIL held again after the kernel, raises what a poll caught: a stopped
+// call never returns its partial values.
+struct Watch {
+    Control ctl;
+    py::object progress;
+    bool raised = false;
+    explicit Watch(py::object progress_ = py::none()) : progress(std::move(progress_)) {
+        ctl.poll = [this] { poll(); };
+    }
+    Watch(const Watch&) = delete;
+    Watch& operator=(const Watch&) = delete;
+    void poll() {
+        py::gil_scoped_acquire gil;
+        if (raised) return;
+        if (PyErr_CheckSignals() != 0) {
+            raised = true;
+            ctl.stop.store(true);
+            return;
+        }
+        if (progress.is_none()) return;
+        try {
+            progress(ctl.done.load(std::memory_order_relaxed));
+        } catch (py::error_already_set& e) {
+            e.restore();
+            raised = true;
+            ctl.stop.store(true);
+        }
+    }
+    void finish() const {
+        if (raised) throw py::error_already_set();
+    }
+};
 
 // The call's arrays, checked: shapes agree and every row points inside caps (an index out of range
 // would read outside the buffers).
@@ -58,18 +95,24 @@ void rows_kernel(const Call& c, i64 R, i64 parts, i64 threads) {
     const i64 width = (N + parts - 1) / parts;
     Pool& p = pool();
     py::gil_scoped_release release;
-    p.run(parts, threads, [&](i64 part) {
-        if (part == 0 && !closed.empty()) run_closed(c, closed.data(), i64(closed.size()));
-        if (!cold.empty())
-            run_cold(c, cold.data(), i64(cold.size()), part * width, std::min(part * width + width, N));
-    });
+    p.run(
+        parts, threads,
+        [&](i64 part) {
+            if (part == 0 && !closed.empty()) run_closed(c, closed.data(), i64(closed.size()));
+            if (!cold.empty())
+                run_cold(c, cold.data(), i64(cold.size()), part * width, std::min(part * width + width, N));
+        },
+        c.ctl);
 }
 
 void run_rows(const F64& caps, const I64& lengths, const I64& row_b, const I64& row_L, const F64& supply,
-              i64 parts, i64 threads, py::array_t<double, py::array::c_style>& out) {
-    const Call c = make_call(caps, lengths, row_b, row_L, supply, out);
+              i64 parts, i64 threads, py::array_t<double, py::array::c_style>& out, const py::object& progress) {
+    Call c = make_call(caps, lengths, row_b, row_L, supply, out);
     require(parts >= 1, "parts must be >= 1");
+    Watch watch(progress);
+    c.ctl = &watch.ctl;
     rows_kernel(c, row_b.size(), parts, threads);
+    watch.finish();
 }
 
 // The rows of a small call of a full batch (no padding): r = (b, q) for every sample b and q < Q,
@@ -90,12 +133,19 @@ bool small_rows(i64 B, i64 Q, const i64* lq, const i64* lim, std::vector<i64>& r
 // The values of the rows of small_rows (out: (B * Q, N), zero-filled here): the supplies
 // caps[b, lq[q], sq[q]], the thread count from the estimated work, then the closed forms and the
 // sink ranges of the other rows (rows_kernel). What layered_max_flow does with such a call.
-void small_flow(const double* cp, i64 B, i64 Lmax, i64 N, i64 Q, const i64* sq, const i64* lim,
-                double serial_work, const std::vector<i64>& rb, const std::vector<i64>& rl, double* out) {
-    const i64 R = B * Q;
+// The estimated work of the rows rl (1-based layers) of N tokens (`_small`'s).
+double small_work(i64 N, const std::vector<i64>& rl) {
     double work = 0.0;  // whole numbers below 2**53: exact in any order
     const double n = double(N);
-    for (i64 r = 0; r < R; ++r) work += n * n * (rl[r] <= 2 ? 1.0 : n * double(std::max<i64>(rl[r] - 2, 1)));
+    for (const i64 L : rl) work += n * n * (L <= 2 ? 1.0 : n * double(std::max<i64>(L - 2, 1)));
+    return work;
+}
+
+void small_flow(const double* cp, i64 B, i64 Lmax, i64 N, i64 Q, const i64* sq, const i64* lim,
+                double serial_work, const std::vector<i64>& rb, const std::vector<i64>& rl, double* out,
+                Control* ctl) {
+    const i64 R = B * Q;
+    const double work = small_work(N, rl);
     const i64 threads = work < serial_work ? 1 : std::min(lim[3], N);
     std::vector<double> supply(R * N);
     std::vector<i64> lengths(B, N);
@@ -104,7 +154,7 @@ void small_flow(const double* cp, i64 B, i64 Lmax, i64 N, i64 Q, const i64* sq, 
         std::copy(src, src + N, supply.data() + r * N);
     }
     std::fill(out, out + R * N, 0.0);
-    const Call c{cp, B, Lmax, N, lengths.data(), rb.data(), rl.data(), supply.data(), out};
+    const Call c{cp, B, Lmax, N, lengths.data(), rb.data(), rl.data(), supply.data(), out, ctl};
     rows_kernel(c, R, threads, threads);
 }
 
@@ -112,10 +162,11 @@ void small_flow(const double* cp, i64 B, i64 Lmax, i64 N, i64 Q, const i64* sq, 
 // q < Q, source (layer row_layer[q] + 1, position row_src[q]); row_layer non-decreasing. Does what
 // layered_max_flow does with such a call (the rows, their supplies caps[b, row_layer[q],
 // row_src[q]], the `_small` test and the thread count, then run_rows): returns the (B * Q, N)
-// values, or None when the call is not small (it then needs the plan). limits = (SMALL_ROWS,
-// SWEEP_ROWS_MIN, SWEEP_LAYERS_MIN, threads free); serial_work = SERIAL_WORK.
+// values, or None when the call is not small (it then needs the plan) or its estimated work is
+// above max_work (it then shows a progress bar). limits = (SMALL_ROWS, SWEEP_ROWS_MIN,
+// SWEEP_LAYERS_MIN, threads free); serial_work = SERIAL_WORK. Ctrl-C stops it (KeyboardInterrupt).
 py::object run_full_small(const F64& caps, const I64& row_layer, const I64& row_src, const I64& limits,
-                          double serial_work) {
+                          double serial_work, double max_work) {
     require(caps.ndim() == 4 && caps.shape(2) == caps.shape(3), "caps must be (B, L, N, N)");
     require(limits.size() == 4, "limits must be (SMALL_ROWS, SWEEP_ROWS_MIN, SWEEP_LAYERS_MIN, threads)");
     const i64 B = caps.shape(0), Lmax = caps.shape(1), N = caps.shape(2), Q = row_layer.size();
@@ -126,17 +177,21 @@ py::object run_full_small(const F64& caps, const I64& row_layer, const I64& row_
         require(q == 0 || lq[q] >= lq[q - 1], "row_layer must be non-decreasing");
     }
     std::vector<i64> rb, rl;
-    if (!small_rows(B, Q, lq, limits.data(), rb, rl)) return py::none();
+    if (!small_rows(B, Q, lq, limits.data(), rb, rl) || small_work(N, rl) > max_work) return py::none();
     py::array_t<double, py::array::c_style> out({B * Q, N});
-    small_flow(caps.data(), B, Lmax, N, Q, sq, limits.data(), serial_work, rb, rl, out.mutable_data());
+    Watch watch;
+    small_flow(caps.data(), B, Lmax, N, Q, sq, limits.data(), serial_work, rb, rl, out.mutable_data(), &watch.ctl);
+    watch.finish();
     return std::move(out);
 }
 
 void run_tasks(const F64& caps, const I64& lengths, const I64& row_b, const I64& row_L, const F64& supply,
                const I64& order, const I64& kind, const I64& t0, const I64& t1, const I64& t2, const I64& t3,
                const I64& worker_ptr, const I64& worker_tasks, i64 threads,
-               py::array_t<double, py::array::c_style>& out) {
-    const Call c = make_call(caps, lengths, row_b, row_L, supply, out);
+               py::array_t<double, py::array::c_style>& out, const py::object& progress) {
+    Call c = make_call(caps, lengths, row_b, row_L, supply, out);
+    Watch watch(progress);
+    c.ctl = &watch.ctl;
     const i64 R = row_b.size(), n_tasks = kind.size();
     require(order.size() == R, "order must be (R,)");
     for (const I64* v : {&t0, &t1, &t2, &t3}) require(v->size() == n_tasks, "task arrays must be alike");
@@ -154,13 +209,19 @@ void run_tasks(const F64& caps, const I64& lengths, const I64& row_b, const I64&
     for (i64 w = 0; w < n_workers; ++w) require(wp[w] <= wp[w + 1], "worker_ptr must be non-decreasing");
     for (i64 q = 0; q < i64(worker_tasks.size()); ++q) require(wt[q] >= 0 && wt[q] < n_tasks, "bad task id");
     Pool& p = pool();
-    py::gil_scoped_release release;
-    p.run(n_workers, threads, [&](i64 w) {
-        for (i64 q = wp[w]; q < wp[w + 1]; ++q) {
-            const i64 t = wt[q];
-            run_task(c, o, k[t], a0[t], a1[t], a2[t], a3[t]);
-        }
-    });
+    {
+        py::gil_scoped_release release;
+        p.run(
+            n_workers, threads,
+            [&](i64 w) {
+                for (i64 q = wp[w]; q < wp[w + 1] && !watch.ctl.stop.load(std::memory_order_relaxed); ++q) {
+                    const i64 t = wt[q];
+                    run_task(c, o, k[t], a0[t], a1[t], a2[t], a3[t]);
+                }
+            },
+            c.ctl);
+    }
+    watch.finish();
 }
 
 // --- the capacities of a call, from attention as given (the numpy steps of flow.py, fused) ------
@@ -301,19 +362,19 @@ struct Mix {
 // (b, l) matrices are split over up to `threads` threads of the pool (each matrix computed by one
 // thread, in the same order: the same values).
 bool mix_into(const double* x, i64 B, i64 L, i64 H, i64 T, double residual, double tol, i64 threads,
-              bool divide, double* o) {
+              bool divide, double* o, Control* ctl) {
     const i64 TT = T * T;
     const Mix mix_one{H, T, residual, tol, divide};
     std::atomic<bool> ok{true};
     const i64 G = B * L, parts = std::max<i64>(std::min(threads, G), 1);
     auto mix = [&](i64 part) {
         for (i64 g = G * part / parts; g < G * (part + 1) / parts && ok.load(std::memory_order_relaxed); ++g)
-            if (!mix_one(x + g * H * TT, o + g * TT)) {
+            if (halted(ctl, 0) || !mix_one(x + g * H * TT, o + g * TT)) {
                 ok.store(false, std::memory_order_relaxed);
                 return;
             }
     };
-    pool().run(parts, parts, mix);
+    pool().run(parts, parts, mix, ctl);
     return ok.load();
 }
 
@@ -324,10 +385,12 @@ py::object mix_heads(const F64& attn, double residual, double tol, i64 threads, 
     require(threads >= 1, "threads must be >= 1");
     py::array_t<double, py::array::c_style> out({B, L, T, T});
     bool ok;
+    Watch watch;
     {
         py::gil_scoped_release release;
-        ok = mix_into(attn.data(), B, L, H, T, residual, tol, threads, divide, out.mutable_data());
+        ok = mix_into(attn.data(), B, L, H, T, residual, tol, threads, divide, out.mutable_data(), &watch.ctl);
     }
+    watch.finish();  // a Ctrl-C during the mix raises (not None: the caller would redo the call)
     if (!ok) return py::none();
     return std::move(out);
 }
@@ -382,13 +445,13 @@ bool none_swept(i64 Q, const i64* lq, const i64* lim) {
 constexpr i64 BATCH_JOB_SAMPLES = 4;
 
 bool batch_flow(const double* x, i64 B, i64 L, i64 H, i64 T, const Mix& mix_one, i64 Q, const i64* lq,
-                const i64* sq, i64 threads, double* caps, double* out) {
+                const i64* sq, i64 threads, double* caps, double* out, Control* ctl) {
     const i64 R = B * Q, TT = T * T;
     std::vector<i64> rb(R), rl(R), lengths(B, T), closed, cold;
     for (i64 r = 0; r < R; ++r) rb[r] = r / Q, rl[r] = lq[r % Q] + 1;
     for (i64 q = 0; q < Q; ++q) (lq[q] + 1 <= 2 ? closed : cold).push_back(q);
     std::vector<double> supply(R * T);
-    const Call c{caps, B, L, T, lengths.data(), rb.data(), rl.data(), supply.data(), out};
+    const Call c{caps, B, L, T, lengths.data(), rb.data(), rl.data(), supply.data(), out, ctl};
     std::atomic<bool> ok{true};
     // jobs of a few samples each (fewer calls of run_cold's set-up), at least four per thread
     const i64 per_job = std::max<i64>(1, std::min<i64>(BATCH_JOB_SAMPLES, B / (4 * threads)));
@@ -397,7 +460,7 @@ bool batch_flow(const double* x, i64 B, i64 L, i64 H, i64 T, const Mix& mix_one,
         thread_local std::vector<i64> closed_rows, cold_rows;
         closed_rows.clear(), cold_rows.clear();
         for (i64 b = j * per_job; b < std::min(B, j * per_job + per_job); ++b) {
-            if (!ok.load(std::memory_order_relaxed)) return;
+            if (!ok.load(std::memory_order_relaxed) || halted(ctl, 0)) return;
             for (i64 l = 0; l < L; ++l)
                 if (!mix_one(x + (b * L + l) * H * TT, caps + (b * L + l) * TT)) {
                     ok.store(false, std::memory_order_relaxed);
@@ -415,7 +478,7 @@ bool batch_flow(const double* x, i64 B, i64 L, i64 H, i64 T, const Mix& mix_one,
     };
     {
         py::gil_scoped_release release;
-        pool().run(jobs, threads, job);
+        pool().run(jobs, threads, job, ctl);
     }
     return ok.load();
 }
@@ -451,9 +514,10 @@ py::object mean_flow_direct(const F64& attn, bool batched, double residual, doub
     const bool small = small_rows(B, Q, lq.data(), lim, rb, rl);
     double work = 0.0;  // of the whole call (`_plan`'s estimate); whole numbers below 2**53: exact
     const double n = double(T);
-    for (i64 q = 0; q < Q && !small; ++q)
+    for (i64 q = 0; q < Q; ++q)
         work += double(B) * n * n * (lq[q] + 1 <= 2 ? 1.0 : n * double(std::max<i64>(lq[q] - 1, 1)));
-    if (!small && !(none_swept(Q, lq.data(), lim) && work <= progress_work)) return py::none();
+    // a call estimated long, small or not, shows its progress bar on the planned path
+    if (work > progress_work || (!small && !none_swept(Q, lq.data(), lim))) return py::none();
     thread_local std::vector<double> caps;
     caps.resize(B * L * T * T);
     std::vector<py::ssize_t> shape{B, nl, ns, T};
@@ -461,18 +525,21 @@ py::object mean_flow_direct(const F64& attn, bool batched, double residual, doub
     py::array_t<double, py::array::c_style> out(shape);
     double* o = out.mutable_data();
     bool ok;
+    Watch watch;  // Ctrl-C stops the call (no progress bar: a call estimated long is not taken here)
     if (small) {
         const i64 mix_threads = attn.size() >= lim[4] ? lim[3] : 1;
         {
             py::gil_scoped_release release;
-            ok = mix_into(attn.data(), B, L, H, T, residual, tol, mix_threads, true, caps.data());
+            ok = mix_into(attn.data(), B, L, H, T, residual, tol, mix_threads, true, caps.data(), &watch.ctl);
         }
-        if (ok) small_flow(caps.data(), B, L, T, Q, sq.data(), lim, serial_work, rb, rl, o);  // releases the GIL
+        if (ok && !watch.raised)  // small_flow releases the GIL
+            small_flow(caps.data(), B, L, T, Q, sq.data(), lim, serial_work, rb, rl, o, &watch.ctl);
     } else {
         const i64 threads = work < serial_work ? 1 : lim[3];
         ok = batch_flow(attn.data(), B, L, H, T, Mix{H, T, residual, tol, true}, Q, lq.data(), sq.data(), threads,
-                        caps.data(), o);
+                        caps.data(), o, &watch.ctl);
     }
+    watch.finish();
     if (!ok) return py::none();
     if (normalize)
         for (i64 r = 0; r < B * Q; ++r) divide_row(o + r * T, T, np_row_sum(o + r * T, T));
@@ -482,7 +549,8 @@ py::object mean_flow_direct(const F64& attn, bool batched, double residual, doub
 
 // Max flow of a causal model's one sample from its packed capacities (run_lower). caps: (Ltot,
 // n (n + 1) / 2) float64; row_L: (R,) 1-based, non-decreasing; supply: (R, n). Returns (R, n).
-py::array_t<double> run_lower_rows(const F64& caps, i64 n, const I64& row_L, const F64& supply) {
+py::array_t<double> run_lower_rows(const F64& caps, i64 n, const I64& row_L, const F64& supply,
+                                   const py::object& progress) {
     require(n >= 1 && n <= TOUCH_MASK, "n must lie in [1, 2**21 - 1]");
     require(caps.ndim() == 2 && caps.shape(1) == n * (n + 1) / 2, "caps must be (L, n (n + 1) / 2)");
     const i64 Ltot = caps.shape(0), R = row_L.size();
@@ -495,10 +563,12 @@ py::array_t<double> run_lower_rows(const F64& caps, i64 n, const I64& row_L, con
     }
     py::array_t<double> out({R, n});
     double* o = out.mutable_data();
+    Watch watch(progress);
     {
         py::gil_scoped_release release;
-        run_lower(caps.data(), n, rl, supply.data(), R, o);
+        run_lower(caps.data(), n, rl, supply.data(), R, o, &watch.ctl);
     }
+    watch.finish();
     return out;
 }
 
@@ -546,22 +616,32 @@ PYBIND11_MODULE(_kernels, m) {
     m.doc() = "Max-flow kernels of attnflow's attention flow (C++17, compiled when the package is built).";
     m.attr("RESIDUAL_EPS") = RESIDUAL_EPS;
     m.attr("STOP_TOL") = STOP_TOL;
-    m.def("run_rows", &run_rows, "Closed forms, then each (row, sink) problem on its own, sinks cut into parts.");
-    m.def("run_full_small", &run_full_small,
-          "A small call of a full batch: rows, supplies, the small test and run_rows in one step (None: not small).");
+    m.def("run_rows", &run_rows, py::arg("caps"), py::arg("lengths"), py::arg("row_b"), py::arg("row_L"),
+          py::arg("supply"), py::arg("parts"), py::arg("threads"), py::arg("out"), py::arg("progress") = py::none(),
+          "Closed forms, then each (row, sink) problem on its own, sinks cut into parts; progress(done) is "
+          "called now and then with the work done; Ctrl-C stops it (KeyboardInterrupt).");
+    m.def("run_full_small", &run_full_small, py::arg("caps"), py::arg("row_layer"), py::arg("row_src"),
+          py::arg("limits"), py::arg("serial_work"), py::arg("max_work") = std::numeric_limits<double>::infinity(),
+          "A small call of a full batch: rows, supplies, the small test and run_rows in one step (None: not small, "
+          "or its estimated work is above max_work).");
     m.def("mean_flow_direct", &mean_flow_direct, py::arg("attn"), py::arg("batched"), py::arg("residual"),
           py::arg("tol"), py::arg("layers"), py::arg("sources"), py::arg("normalize"), py::arg("limits"),
           py::arg("serial_work"), py::arg("progress_work"),
           "attention_flow of a small call, or of a batch with no rows to sweep, on float64 mean-head "
           "attention without padding, in one step (None: not such a call, or a check failed).");
     m.def("row_sums_np", &row_sums_np, py::arg("x"), "Row sums in numpy's einsum order (see flow.py).");
-    m.def("run_tasks", &run_tasks, "The planned tasks, per worker list, on up to `threads` threads.");
+    m.def("run_tasks", &run_tasks, py::arg("caps"), py::arg("lengths"), py::arg("row_b"), py::arg("row_L"),
+          py::arg("supply"), py::arg("order"), py::arg("kind"), py::arg("t0"), py::arg("t1"), py::arg("t2"),
+          py::arg("t3"), py::arg("worker_ptr"), py::arg("worker_tasks"), py::arg("threads"), py::arg("out"),
+          py::arg("progress") = py::none(),
+          "The planned tasks, per worker list, on up to `threads` threads; progress(done) as in run_rows.");
     m.def("mix_heads", &mix_heads, py::arg("attn"), py::arg("residual"), py::arg("tol"), py::arg("threads") = 1,
           py::arg("divide") = false,
           "Head mean and residual of (B, L, H, T, T) float64 attention, before the row normalisation "
           "(with divide: after it, row sums in numpy's order); None when an entry is negative or a row "
           "does not sum to 1 within tol.");
     m.def("run_lower_rows", &run_lower_rows, py::arg("caps"), py::arg("n"), py::arg("row_L"), py::arg("supply"),
+          py::arg("progress") = py::none(),
           "Max flow of one causal sample from its packed lower-triangular capacities, forward only, one thread.");
     m.def("divide_rows", &divide_rows, py::arg("x"), py::arg("sums"),
           "Rows of x divided in place by their sums (0 where a sum is not > 0).");

@@ -5,6 +5,7 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -13,14 +14,18 @@
 #include <thread>
 #include <vector>
 
+#include "control.hpp"
+
 namespace maxflow {
 
 class Pool {
   public:
     // Run fn(0..jobs-1) on up to `threads` threads (the caller included), each job once; returns
     // when all are done. One call at a time: a concurrent call (another Python thread; the GIL
-    // is released while kernels run) runs its jobs on its own thread instead of waiting.
-    void run(std::int64_t jobs, std::int64_t threads, const std::function<void(std::int64_t)>& fn) {
+    // is released while kernels run) runs its jobs on its own thread instead of waiting. With a
+    // control, the caller keeps polling it (Ctrl-C, progress) while it waits for the helpers.
+    void run(std::int64_t jobs, std::int64_t threads, const std::function<void(std::int64_t)>& fn,
+             Control* ctl = nullptr) {
         if (threads > jobs) threads = jobs;
         std::unique_lock<std::mutex> call(call_mu_, std::try_to_lock);
         if (threads <= 1 || !call.owns_lock()) {
@@ -47,7 +52,12 @@ class Pool {
         // every job is taken: helpers that have not woken up yet stay out of this call
         std::unique_lock<std::mutex> lock(mu_);
         open_ = false;
-        done_.wait(lock, [this] { return active_ == 0; });
+        while (!done_.wait_for(lock, std::chrono::milliseconds(POLL_MS), [this] { return active_ == 0; }))
+            if (ctl != nullptr) {
+                lock.unlock();  // the poll takes the GIL: never while holding the pool's lock
+                ctl->tick();
+                lock.lock();
+            }
         fn_ = nullptr;
         if (error_) std::rethrow_exception(error_);
     }

@@ -72,21 +72,31 @@ inline double resolve(const double* C, const double* bcap, WS& ws, double supply
 // One warm-started sweep: supply `fixed` (n,), sink capacities bcap_of(q) (a pointer to n values,
 // valid until the next call) for q < count. The first problem starts from zero flow, each next one
 // from the previous preflow (resolve). out_vals[q] = the max-flow value of problem q. Leaves the
-// workspace dirty (reset with -1).
-template <class WS, class Bcap>
-inline void sweep_with(const double* C, const double* fixed, Bcap bcap_of, i64 count, WS& ws, double* out_vals) {
+// workspace dirty (reset with -1). halt() is asked after each problem; when it says true the sweep
+// ends there (false is returned; the values after that problem are not computed).
+struct NoHalt {
+    bool operator()() const { return false; }
+};
+
+template <class WS, class Bcap, class Halt = NoHalt>
+inline bool sweep_with(const double* C, const double* fixed, Bcap bcap_of, i64 count, WS& ws, double* out_vals,
+                       Halt halt = Halt()) {
     const i64 K = ws.K, n = ws.n;
     double sa = 0.0;
     for (i64 k = 0; k < n; ++k) sa += fixed[k];
     if (sa <= RESIDUAL_EPS) {
         for (i64 q = 0; q < count; ++q) out_vals[q] = 0.0;
-        return;
+        return true;
     }
     reset(C, ws, -1);
     const i64 top = (K - 1) * n;
     for (i64 k = 0; k < n; ++k)
         if (fixed[k] > RESIDUAL_EPS) ws.e[top + k] = fixed[k];
-    for (i64 q = 0; q < count; ++q) out_vals[q] = resolve(C, bcap_of(q), ws, sa);
+    for (i64 q = 0; q < count; ++q) {
+        out_vals[q] = resolve(C, bcap_of(q), ws, sa);
+        if (halt()) return false;
+    }
+    return true;
 }
 
 // sweep_with over the rows of vary (count, n).

@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "control.hpp"
 #include "solve.hpp"
 
 namespace maxflow {
@@ -13,7 +14,8 @@ constexpr i64 CLOSED_BLOCK = 8;
 
 // The arrays of one call. caps: (B, Lmax, N, N), caps[b, l] = capacity matrix of layer l+1,
 // positions of sample b packed at the front; row r: a source at 1-based layer row_L[r] of sample
-// row_b[r] with out-capacities supply[r] (N,); out: (R, N).
+// row_b[r] with out-capacities supply[r] (N,); out: (R, N). ctl: stops the call and counts its
+// work between problems (control.hpp; none: run to the end).
 struct Call {
     const double* caps;
     i64 B, Lmax, N;
@@ -22,6 +24,7 @@ struct Call {
     const i64* row_L;
     const double* supply;
     double* out;
+    Control* ctl = nullptr;
     double cap(i64 b, i64 l, i64 i, i64 k) const { return caps[((b * Lmax + l) * N + i) * N + k]; }
 };
 
@@ -107,9 +110,11 @@ inline void run_closed(const Call& c, const i64* rows, i64 R) {
         const i64 r = rows[q];
         const i64 b = c.row_b[r];
         const i64 n = c.lengths[b];
+        if (halted(c.ctl, 0)) return;
         if (c.row_L[r] == 1) {
             for (i64 j = 0; j < n; ++j) c.out[r * N + j] = c.supply[r * N + j];
             q += 1;
+            halted(c.ctl, n * n);  // counted as the plan counts it (a closed-form row: n^2)
             continue;
         }
         if (b != tb) {
@@ -123,6 +128,7 @@ inline void run_closed(const Call& c, const i64* rows, i64 R) {
             const double* col = At.data() + j * N;
             for (i64 p = q; p < q1; ++p) c.out[rows[p] * N + j] = min_dot(c.supply + rows[p] * N, col, n);
         }
+        halted(c.ctl, (q1 - q) * n * n);
         q = q1;
     }
 }
@@ -142,6 +148,7 @@ inline void run_sweep_sinks(const Call& c, i64 b, i64 L, i64 n, const i64* rows,
         for (i64 k = 0; k < n; ++k) bcol[k] = c.cap(b, 0, k, j);
         sweep(C.data(), bcol.data(), vary.data(), count, ws, vals.data());
         for (i64 q = 0; q < count; ++q) c.out[rows[q] * N + j] = vals[q];
+        if (halted(c.ctl, count * std::max<i64>(L - 2, 1) * n * n)) return;  // between sinks
     }
 }
 
@@ -228,8 +235,8 @@ inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
     std::vector<i64> depth(N, 0);
     std::vector<double> sigma(Kmax * N);
     std::vector<i64> ord_r(Kmax * N, 0);  // the row's children orders on the reversed network, (K-1, n)
-    bool reversed_ready = false, sorted_sigma = false, keep = false;
-    for (i64 q = 0; q < R; ++q) {
+    bool reversed_ready = false, sorted_sigma = false, keep = false, stopped = false;
+    for (i64 q = 0; q < R && !stopped; ++q) {
         const i64 r = rows[q];
         const bool new_sample = c.row_b[r] != b;
         if (new_sample) {
@@ -311,6 +318,11 @@ inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
                 c.out[r * N + j] = solve_sums(Cf, a.data(), bcol.data(), *wsf, sa, sb, hint, true, a_order.data(),
                                               a_count, ord_f.data() + slot * Kmax * n);
             }
+            // between problems (each leaves its workspace at zero flow): a stop leaves nothing half done
+            if (halted(c.ctl, std::max<i64>(L - 2, 1) * n * n)) {
+                stopped = true;
+                break;
+            }
         }
     }
     scratch.release_if_large();
@@ -323,7 +335,8 @@ inline void run_cold(const Call& c, const i64* rows, i64 R, i64 j0, i64 j1) {
 // forward network, read in place (no reversed copy: it would hold the graph a second time), one
 // workspace at a time, on the calling thread: the path for graphs too large to hold twice (a
 // 30-layer model at 4,096 tokens: 2 GiB of capacities, 1.9 GiB of flows).
-inline void run_lower(const double* caps, i64 n, const i64* row_L, const double* supply, i64 R, double* out) {
+inline void run_lower(const double* caps, i64 n, const i64* row_L, const double* supply, i64 R, double* out,
+                      Control* ctl = nullptr) {
     const Lower lay{n};
     const i64 P = lay.matrix();
     std::vector<double> bcol(n), vals(n);
@@ -333,8 +346,10 @@ inline void run_lower(const double* caps, i64 n, const i64* row_L, const double*
         const i64 L = row_L[r];
         const double* a = supply + r * n;
         double* o = out + r * n;
+        if (halted(ctl, 0)) return;
         if (L == 1) {  // the supply row itself
             for (i64 j = 0; j < n; ++j) o[j] = a[j];
+            halted(ctl, n * n);
             continue;
         }
         if (L == 2) {  // value_j = sum_{k >= j} min(a_k, A_1[k, j])
@@ -343,6 +358,7 @@ inline void run_lower(const double* caps, i64 n, const i64* row_L, const double*
                 for (i64 k = j; k < n; ++k) v += std::min(a[k], caps[lay.arc(0, k, j)]);
                 o[j] = v;
             }
+            halted(ctl, n * n);
             continue;
         }
         const double* C = caps + P;  // the middle network: layers 2..L-1, read in place
@@ -359,7 +375,9 @@ inline void run_lower(const double* caps, i64 n, const i64* row_L, const double*
             for (i64 k = 0; k < n; ++k) bcol[k] = k >= j ? caps[lay.arc(0, k, j)] : 0.0;
             return bcol.data();
         };
-        sweep_with(C, a, column, n, *ws, vals.data());
+        // between sinks of the sweep: a sink's work counted as the plan counts it ((L-2) n^2)
+        const i64 units = std::max<i64>(L - 2, 1) * n * n;
+        if (!sweep_with(C, a, column, n, *ws, vals.data(), [&] { return halted(ctl, units); })) return;
         for (i64 q = 0; q < n; ++q) o[n - 1 - q] = vals[q];
     }
 }

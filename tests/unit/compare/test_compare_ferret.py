@@ -60,6 +60,13 @@ def test_ferret_benchmark_scores_comprehensiveness_and_sufficiency(bert):
         assert {"aopc_compr", "aopc_suff"} <= set(scores), evaluation.explanation.explainer
         # a probability drop: within [-1, 1]
         assert all(math.isfinite(scores[k]) and abs(scores[k]) <= 1 for k in ("aopc_compr", "aopc_suff"))
+    # the tables of ferret's show_table / show_evaluation_table, built without ferret's styling helpers
+    table = compare_ferret.explanation_table(explanations)
+    assert list(table.index) == [e.explainer for e in explanations]
+    assert table.shape[1] == len(explanations[0].tokens) - 2  # [CLS] and [SEP] left out
+    scores = compare_ferret.evaluation_table(evaluations)
+    assert list(scores.index) == [e.explainer for e in explanations]
+    assert {"aopc_compr", "aopc_suff"} <= set(scores.columns)
 
 
 def test_missing_ferret_names_the_extra_not_a_file_outside_the_wheel(monkeypatch):

@@ -206,3 +206,29 @@ def test_downloaded_files_get_umask_modes(tmp_path, no_known_digests):
         os.umask(old)
     files = [p for p in (tmp_path / "raw").rglob("*") if p.is_file()]
     assert files and {stat.S_IMODE(p.stat().st_mode) for p in files} == {0o644}  # not mkstemp's 0600
+
+
+def test_a_mirror_that_is_a_file_is_one_line_saying_so_before_any_source_is_tried(tmp_path, monkeypatch):
+    """Round 5 (issue 57): $ATTNFLOW_DATA_MIRROR naming a file was "no such folder" in a traceback.
+    Now one line naming the file and where it was set, before the (slow) URLs are tried, as an
+    ArtifactError, which a stage prints plainly (pipelines/_stage.py)."""
+    from attnflow.io import ArtifactError
+
+    not_a_folder = tmp_path / "mirror.tar"
+    not_a_folder.write_bytes(b"x")
+    monkeypatch.setenv(dl.MIRROR_ENV, str(not_a_folder))
+    monkeypatch.setattr(dl, "_from_url", lambda *a, **k: pytest.fail("a URL was tried"))
+    with pytest.raises(dl.MirrorError) as err:
+        dl.download(TASKS["sst2"].dataset, tmp_path / "raw", urls=["http://x/SST-2.zip"], mirrors=[])
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{not_a_folder}: a file, not a folder")
+    assert "$ATTNFLOW_DATA_MIRROR" in message
+    assert isinstance(err.value, ArtifactError) and isinstance(err.value, dl.DownloadError)
+    assert not (tmp_path / "raw").exists()
+
+
+def test_a_configured_mirror_that_is_a_file_names_the_setting(tmp_path, monkeypatch):
+    monkeypatch.delenv(dl.MIRROR_ENV, raising=False)
+    (tmp_path / "m").write_text("")
+    with pytest.raises(dl.MirrorError, match=r"a file, not a folder \(a data mirror, set in data\.mirrors\)"):
+        dl.download(TASKS["sst2"].dataset, tmp_path / "raw", urls=[], mirrors=[tmp_path / "m"])

@@ -4,7 +4,7 @@ one causal spec (CausalSpec) for every attention method."""
 import numpy as np
 import pytest
 
-from attnflow.explain import EXPLAINERS
+from attnflow.methods import EXPLAINERS
 from attnflow.explain.apply import CausalSpec, RowSpec, apply
 from attnflow.methods import METHODS
 

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from attnflow.explain import (
-    EXPLAINERS,
     attention_flow,
     attention_rollout,
     causal_flow,
@@ -23,6 +22,7 @@ from attnflow.explain import (
     uniform_attention,
     uniform_baseline,
 )
+from attnflow.methods import EXPLAINERS
 
 EXACT = 1e-12  # float64 round-off of a few exact operations
 ROW_TOL = 1e-9  # rows of float64 products stay stochastic within this

@@ -182,6 +182,7 @@ def test_serial_and_threaded_paths_give_identical_values(monkeypatch, threads):
     row_L = np.tile(np.repeat(np.arange(1, 6), 9), 4)
     row_s = np.tile(np.arange(9), 20) % lengths[row_b]
     supply = caps[row_b, row_L - 1, row_s]
+    monkeypatch.setattr(_maxflow._threads, "cpu_limit", lambda: 8)  # 5 threads even on a 2-CPU machine
     monkeypatch.setattr(_maxflow, "SERIAL_WORK", np.inf)
     serial = layered_max_flow(caps, lengths, row_b, row_L, supply, threads=threads)
     monkeypatch.setattr(_maxflow, "SERIAL_WORK", 0.0)

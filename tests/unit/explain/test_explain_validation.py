@@ -5,8 +5,6 @@ import pytest
 import torch
 
 from attnflow.explain import (
-    EXPLAINER_INPUTS,
-    EXPLAINERS,
     attention_flow,
     attention_rollout,
     head_flow,
@@ -14,6 +12,8 @@ from attnflow.explain import (
     raw_attention,
     select_rows,
 )
+from attnflow.methods import EXPLAINER_INPUTS, EXPLAINERS
+from attnflow.needs import NEEDS
 
 PUBLIC = [raw_attention, attention_rollout, attention_flow, head_rollout, head_flow, *EXPLAINERS.values()]
 
@@ -65,9 +65,14 @@ def test_padding_is_not_validated(fn):
     attn[0, ..., :, 2] = -1.0
     attn[0, ..., :2, :2] = 0.5
     needs = {EXPLAINERS[n]: EXPLAINER_INPUTS[n] for n in EXPLAINERS}.get(fn, ())  # e.g. attention gradients
-    out = np.asarray(
-        fn(attn, lengths=[2, 3], **{key: np.where(np.isnan(attn), np.nan, 1.0) for key in needs})
-    )
+    rng = np.random.default_rng(0)
+    values = {  # attention-shaped needs carry the same garbage; others a valid draw of their record
+        key: np.where(np.isnan(attn), np.nan, 1.0)
+        if NEEDS[key].like_attention
+        else NEEDS[key].sample(rng, attn)
+        for key in needs
+    }
+    out = np.asarray(fn(attn, lengths=[2, 3], **values))
     assert np.all(np.isfinite(out))
     assert np.all(out[0, ..., 2] == 0)  # the padded key of sample 0 gets exactly 0
 

@@ -34,6 +34,7 @@ def test_the_values_are_the_numba_kernels_values_bit_for_bit(monkeypatch, thread
     # same float64 operations in the same order as the numba kernels: not close, equal (24 tokens:
     # every (sample, layer) of 4+ rows at layer 4+ is swept, as the numba solver did)
     monkeypatch.setenv("ATTNFLOW_THREADS", threads)
+    monkeypatch.setattr(_threads, "cpu_limit", lambda: 8)  # 3 threads even on a 2-CPU machine
     monkeypatch.setattr(_maxflow, "SERIAL_WORK", 0.0)  # the threaded paths too
     ref = np.load(REFERENCE)
     attn, lengths = ref["attn"], ref["lengths"]
@@ -120,6 +121,7 @@ def test_flow_touches_no_temp_path_of_the_old_compile_machinery(tmp_path, plante
 
 def test_attnflow_threads_fixes_the_count_and_a_bad_value_is_named(monkeypatch):
     monkeypatch.setenv("ATTNFLOW_THREADS", "3")
+    monkeypatch.setattr(_threads, "cpu_limit", lambda: 8)  # 3 is within the machine's CPUs
     assert _threads.flow_threads() == 3
     assert _threads.flow_threads(2) == 2  # the argument wins
     for bad in ("0", "two", "-1", "1.5"):
@@ -157,7 +159,7 @@ def test_a_small_call_on_a_busy_machine_runs_on_the_calling_thread(monkeypatch):
     monkeypatch.delenv("ATTNFLOW_THREADS", raising=False)
     monkeypatch.setattr(_threads, "free_cpus", lambda: 1)
     monkeypatch.setattr(_maxflow, "flow_threads", _threads.flow_threads)
-    monkeypatch.setattr(_maxflow._kernels, "run_rows", lambda *a: seen.append(a[-2]) or real(*a))
+    monkeypatch.setattr(_maxflow._kernels, "run_rows", lambda *a: seen.append(a[6]) or real(*a))
     # the one-step small call of unpadded float64 attention: limits[3] = the free CPUs it may use
     # (the work of this call is far above SERIAL_WORK, so it uses min(limits[3], tokens) threads)
     monkeypatch.setattr(

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnflow.explain import EXPLAINERS, remove_sinks
+from attnflow.explain import remove_sinks
+from attnflow.methods import EXPLAINERS
 from attnflow.explain.kit import Batch, attention_method, check_rows, take_rows
 
 

@@ -11,9 +11,10 @@ it is refused, saying why.
 import numpy as np
 import pytest
 
-from attnflow.explain import EXPLAINERS, normalize_receptive_field
+from attnflow.explain import normalize_receptive_field
 from attnflow.explain.apply import CausalSpec, RowSpec, apply
-from attnflow.methods import METHODS
+from attnflow.methods import EXPLAINERS, METHODS
+from attnflow.needs import NEEDS
 
 EXACT = 1e-12  # float64 round-off of a few divisions
 A = np.array([[[[1.0, 0.0], [0.5, 0.5]]]])  # (1 layer, 1 head, 2, 2), causal
@@ -25,8 +26,12 @@ def causal_attention(rng, layers=2, heads=2, tokens=6):
 
 
 def needs_of(name, attn, rng):
-    """Positive needs shaped like attn (the study's maps of these methods are then nonnegative)."""
-    return {k: rng.random(attn.shape) + 0.1 for k in METHODS[name].needs}
+    """Positive needs shaped like attn (the study's maps of these methods are then nonnegative);
+    the other needs (value vectors, ...) as their records draw them (`attnflow.needs`)."""
+    return {
+        k: rng.random(attn.shape) + 0.1 if NEEDS[k].like_attention else NEEDS[k].sample(rng, attn)
+        for k in METHODS[name].needs
+    }
 
 
 def test_grad_sam_column_by_hand():
@@ -88,7 +93,7 @@ def test_apply_gives_every_attention_method_the_column_receptive_field():
     rng = np.random.default_rng(13)
     attn = causal_attention(rng)[None]  # (1, L, H, T, T)
     records = [r for r in METHODS.values() if r.kind == "attention"]
-    inputs = {k: rng.random(attn.shape) + 0.1 for r in records for k in r.needs}
+    inputs = {k: v for r in records for k, v in needs_of(r.name, attn, rng).items()}
     (got,) = apply(records, attn, inputs, RowSpec("last"), CausalSpec(receptive_field="column"))
     (plain,) = apply(records, attn, inputs, RowSpec("last"))
     for r in records:

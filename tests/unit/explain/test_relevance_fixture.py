@@ -14,7 +14,8 @@ import pytest
 import torch
 from safetensors.numpy import load_file
 
-from attnflow.explain import EXPLAINERS, chefer_generic, chefer_lrp
+from attnflow.explain import chefer_generic, chefer_lrp
+from attnflow.methods import EXPLAINERS
 from attnflow.lrp import lrp_relevance
 
 FIXTURE = Path(__file__).parents[3] / ".." / "shared" / "fixtures" / "chefer_tiny_bert"

@@ -9,6 +9,7 @@ import pytest
 from attnflow.data.subsets import seeded_subset
 from attnflow.explain.samples import explain_samples
 from attnflow.io import ArtifactError, align_ids
+from attnflow.methods import resolve
 from attnflow.metrics.tables import CorrelationSettings, study_frame
 
 SETTINGS = CorrelationSettings("dense_noties", "zero", {"blank_out": True})
@@ -24,8 +25,8 @@ def _attention(rng, n, layers=2, heads=2):
 
 def test_heads_only_gives_the_per_head_maps_of_the_full_call_bit_for_bit_and_nothing_else():
     attn = _attention(np.random.default_rng(0), 5)
-    full = explain_samples(attn, methods=["raw", "rollout", "flow"], rows="max", per_head=True)
-    heads = explain_samples(attn, methods=["raw", "rollout", "flow"], rows="max", heads_only=True)
+    full = explain_samples(attn, methods=resolve(["raw", "rollout", "flow"]), rows="max", per_head=True)
+    heads = explain_samples(attn, methods=resolve(["raw", "rollout", "flow"]), rows="max", heads_only=True)
     assert sorted(heads) == ["flow_heads", "raw_heads", "rollout_heads"]
     for name, maps in heads.items():
         assert all(np.array_equal(a, b) for a, b in zip(maps, full[name], strict=True))
@@ -33,7 +34,7 @@ def test_heads_only_gives_the_per_head_maps_of_the_full_call_bit_for_bit_and_not
 
 def test_heads_only_refuses_methods_without_a_per_head_variant():
     with pytest.raises(ValueError, match="per-head variant"):
-        explain_samples(_attention(np.random.default_rng(0), 1), methods=["chefer"], heads_only=True)
+        explain_samples(_attention(np.random.default_rng(0), 1), methods=resolve(["chefer"]), heads_only=True)
 
 
 def test_seeded_subset_is_seeded_sorted_and_all_when_there_are_fewer_samples():
@@ -49,7 +50,7 @@ def test_per_head_cells_of_a_subset_equal_the_study_run_on_that_subset_alone():
     rng = np.random.default_rng(1)
     attn = _attention(rng, 8)
     importance = {"blank_out": [rng.random(a.shape[-1]) for a in attn]}
-    maps = explain_samples(attn, methods=["raw", "flow"], rows="max", per_head=True)
+    maps = explain_samples(attn, methods=resolve(["raw", "flow"]), rows="max", per_head=True)
     chosen = seeded_subset(8, 3, seed=0)
     heads = {k: [maps[k][i] for i in chosen] for k in ("raw_heads", "flow_heads")}
     sub_importance = {k: [v[i] for i in chosen] for k, v in importance.items()}

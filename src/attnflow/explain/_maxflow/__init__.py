@@ -59,24 +59,33 @@ zero, so the value found is within (#arcs + #nodes) * RESIDUAL_EPS + STOP_TOL of
 The kernels are C++17 (src/cpp/maxflow/: workspace, labels, push_relabel, greedy, solve, tasks,
 pool), compiled into the extension `_kernels` when the package is built: nothing is compiled or
 cached at run time. They release the GIL while they run. Threads: `_threads.flow_threads`
-(ATTNFLOW_THREADS fixes the count). Planning (which rows are swept, task costs, the spread over
-threads) is numpy, in `_plan`.
+(ATTNFLOW_THREADS fixes the count, bounded by the CPUs). Planning (which rows are swept, task
+costs, the spread over threads) is numpy, in `_plan`.
+
+Every kernel call can be stopped: between problems the calling thread polls for Ctrl-C every
+50 ms (control.hpp: PyErr_CheckSignals with the GIL taken), so a KeyboardInterrupt ends any call
+within about that plus one problem, and nothing is returned. A call estimated above PROGRESS_WORK
+-- small calls included -- shows a progress bar fed by the kernels as they go (unless
+progress=False).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from . import _kernels
 from ._plan import SMALL_ROWS, SWEEP_LAYERS_MIN, SWEEP_ROWS_MIN, _assign, _plan, _rounds, _small, _split_sinks
-from ._threads import flow_threads
+from ._threads import check_env, flow_threads
 
 __all__ = [
     "PROGRESS_WORK",
     "RESIDUAL_EPS",
     "STOP_TOL",
+    "check_env",
     "flow_threads",
     "layered_max_flow",
     "lower_max_flow",
@@ -93,19 +102,44 @@ STOP_TOL: float = _kernels.STOP_TOL
 # (benchmarks/flow_speed.py, section "idle"; measured 2026-11-27).
 SERIAL_WORK = 1.5e5
 # Above this much estimated work a call shows a progress bar with a time estimate (measured: ~5e8
-# to 1e9 per second on two busy cores, so about 2-4 s there; every row of 12 layers x 2048 tokens
-# is ~1e13).
-PROGRESS_WORK = 2.0e9
+# to 1e9 per second on two busy cores, so about 1-2 s there; every row of 12 layers x 2048 tokens
+# is ~1e13, CLS flow of 10 layers x 2048 tokens ~3e11). Small calls too (until issue 57 they ran
+# in one kernel call without a bar whatever their size: 179 s without a word).
+PROGRESS_WORK = 1.0e9
 # A call with a progress bar runs its tasks in about this many rounds, the bar moving after each.
 PROGRESS_ROUNDS = 50
 
 
+@contextlib.contextmanager
+def _progress_bar(total: float, show: bool) -> Iterator[Callable[[float], Callable[[int], None]] | None]:
+    """A tqdm bar (stderr) over `total` estimated work when `show`, else nothing. Yields
+    `feed(base)`: the kernels' progress callback for work done after `base` (the kernels call it
+    with their own count, on the calling thread), or None without a bar."""
+    if not show:
+        yield None
+        return
+    from tqdm.auto import tqdm
+
+    bar_format = "{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]"
+    with tqdm(total=float(total), desc="attention flow", bar_format=bar_format, leave=False) as bar:
+
+        def feed(base: float) -> Callable[[int], None]:
+            def update(done: int) -> None:
+                bar.update(max(min(base + float(done), bar.total) - bar.n, 0.0))
+
+            return update
+
+        yield feed
+        bar.update(max(bar.total - bar.n, 0.0))
+
+
 def _execute(
-    caps, lengths, row_b, row_L, supply, plan, tasks: np.ndarray, out: np.ndarray, threads: int
-) -> None:
+    caps, lengths, row_b, row_L, supply, plan, tasks: np.ndarray, out: np.ndarray, threads: int,
+    progress: Callable[[int], None] | None = None,
+) -> None:  # fmt: skip
     """Run the plan's tasks `tasks` (ids) on up to `threads` threads when there is enough work (a
     call with fewer tasks than threads cuts them into sink ranges); on the calling thread
-    otherwise."""
+    otherwise. progress: the kernels' callback (see `_progress_bar`)."""
     order, cost = plan[0], plan[-1]
     work = float(cost[tasks].sum())
     if work < SERIAL_WORK or threads <= 1:
@@ -113,8 +147,9 @@ def _execute(
         one_worker = np.array([0, tasks.size], np.int64)
         worker_tasks = np.arange(tasks.size, dtype=np.int64)
         _kernels.run_tasks(
-            caps, lengths, row_b, row_L, supply, order, kind, t0, t1, t2, t3, one_worker, worker_tasks, 1, out
-        )
+            caps, lengths, row_b, row_L, supply, order, kind, t0, t1, t2, t3, one_worker, worker_tasks, 1, out,
+            progress,
+        )  # fmt: skip
         return
     kind, t0, t1, t2, t3, sub_cost = _split_sinks(plan, tasks, threads)
     worker_ptr, worker_tasks = _assign(sub_cost)
@@ -134,6 +169,7 @@ def _execute(
         worker_tasks,
         threads,
         out,
+        progress,
     )
 
 
@@ -143,13 +179,18 @@ def _small_limits(*extra: int) -> np.ndarray:
     return np.array((SMALL_ROWS, SWEEP_ROWS_MIN, SWEEP_LAYERS_MIN, flow_threads(None), *extra), np.int64)
 
 
-def small_full_flow(caps: np.ndarray, row_layer: np.ndarray, row_src: np.ndarray) -> np.ndarray | None:
+def small_full_flow(
+    caps: np.ndarray, row_layer: np.ndarray, row_src: np.ndarray, progress: bool | None = None
+) -> np.ndarray | None:
     """`layered_max_flow` of a small call on a batch without padding, in one kernel call, or None
-    when the call is not small (`_small`). caps: (B, L, N, N) float64, C-contiguous; the rows are
-    (b, q) for every sample b and q < Q, the source at 0-based layer row_layer[q] (non-decreasing)
-    and position row_src[q]. Returns (B * Q, N), the values layered_max_flow gives for these rows.
+    when the call is not small (`_small`) or, unless `progress` is False, its estimated work is
+    above PROGRESS_WORK (it then shows a bar on the general path). caps: (B, L, N, N) float64,
+    C-contiguous; the rows are (b, q) for every sample b and q < Q, the source at 0-based layer
+    row_layer[q] (non-decreasing) and position row_src[q]. Returns (B * Q, N), the values
+    layered_max_flow gives for these rows. Ctrl-C stops it (KeyboardInterrupt).
     """
-    return _kernels.run_full_small(caps, row_layer, row_src, _small_limits(), SERIAL_WORK)
+    max_work = np.inf if progress is False else PROGRESS_WORK
+    return _kernels.run_full_small(caps, row_layer, row_src, _small_limits(), SERIAL_WORK, max_work)
 
 
 def direct_mean_flow(
@@ -159,9 +200,9 @@ def direct_mean_flow(
     """`attention_flow` on float64 attention (B, L, H, T, T) without padding, heads averaged, in
     one kernel call (`_kernels.mean_flow_direct`: the head mean and residual, the checks of
     `prepare` with row sums within `tol` of 1, the rows, the values and, with `normalize`, their
-    normalisation) when the call is small (see `small_full_flow`) or has no row to sweep and,
+    normalisation) when the call is small (see `small_full_flow`) or has no row to sweep, and,
     unless `progress` is False, at most PROGRESS_WORK of work (a larger one shows its bar on the
-    planned path); None, before any work, for any other call, or after the mix when a check
+    other paths); None, before any work, for any other call, or after the mix when a check
     fails. A small call's attention of at least `mix_min` entries is mixed on the threads free
     now; a batch mixes each sample's heads in the task that solves its rows."""
     return _kernels.mean_flow_direct(
@@ -178,7 +219,9 @@ def direct_mean_flow(
     )
 
 
-def lower_max_flow(packed: np.ndarray, tokens: int, row_L: np.ndarray, supply: np.ndarray) -> np.ndarray:
+def lower_max_flow(
+    packed: np.ndarray, tokens: int, row_L: np.ndarray, supply: np.ndarray, *, progress: bool | None = None
+) -> np.ndarray:
     """`layered_max_flow` of one causal sample whose capacities are packed lower triangles.
 
     packed: (L, T (T + 1) / 2) float64, packed[l] = layer l+1's A[i, k] for k <= i, row by row
@@ -188,14 +231,20 @@ def lower_max_flow(packed: np.ndarray, tokens: int, row_L: np.ndarray, supply: n
     each sink warm-started from the previous one's preflow, on the calling thread with one
     workspace: half the memory of the dense path, which also builds the reversed network and a
     workspace per thread. Values agree with `layered_max_flow` on the same graph within the
-    solver's tolerance (the two take different paths to the same maximum).
+    solver's tolerance (the two take different paths to the same maximum). progress: as in
+    `layered_max_flow`; Ctrl-C stops it (KeyboardInterrupt).
     """
-    return _kernels.run_lower_rows(
-        np.ascontiguousarray(packed, dtype=np.float64),
-        int(tokens),
-        np.ascontiguousarray(row_L, dtype=np.int64),
-        np.ascontiguousarray(supply, dtype=np.float64),
-    )
+    row_L = np.ascontiguousarray(row_L, dtype=np.int64)
+    n = float(tokens)
+    work = float((n * n * np.where(row_L <= 2, 1.0, n * np.maximum(row_L - 2, 1))).sum())  # as `_small`
+    with _progress_bar(work, progress if progress is not None else work > PROGRESS_WORK) as feed:
+        return _kernels.run_lower_rows(
+            np.ascontiguousarray(packed, dtype=np.float64),
+            int(tokens),
+            row_L,
+            np.ascontiguousarray(supply, dtype=np.float64),
+            None if feed is None else feed(0.0),
+        )
 
 
 def layered_max_flow(
@@ -217,7 +266,8 @@ def layered_max_flow(
     source to input node j, for j < lengths[row_b[r]], and 0 beyond.
 
     progress: a tqdm bar (stderr) with the remaining time; None = only when the estimated work
-    exceeds PROGRESS_WORK. The bar changes the order tasks run in, never a value.
+    exceeds PROGRESS_WORK. The bar changes the order tasks run in, never a value. Any call stops
+    on Ctrl-C within about 50 ms plus one problem (KeyboardInterrupt; nothing is returned).
     threads: how many threads may run the kernels; None = `flow_threads()` (the CPUs free now, or
     ATTNFLOW_THREADS). Values never depend on it.
     """
@@ -227,14 +277,27 @@ def layered_max_flow(
     row_b = np.ascontiguousarray(row_b, dtype=np.int64)
     row_L = np.ascontiguousarray(row_L, dtype=np.int64)
     out = np.zeros((row_b.shape[0], caps.shape[-1]), dtype=np.float64)
+    if threads is None:
+        check_env()  # a bad ATTNFLOW_THREADS is refused on every call, not only on those using threads
+    else:
+        threads = flow_threads(threads)
     if row_b.shape[0] == 0:
         return out
     work = None if progress else _small(row_b, row_L, lengths)
     if work is not None:  # one kernel, no plan: the Python around a call is most of a small call's time
         threads = 1 if work < SERIAL_WORK else min(flow_threads(threads), caps.shape[-1])
-        _kernels.run_rows(
-            caps, lengths, row_b, row_L, supply, threads, threads, out
-        )  # a sink range per thread
+        with _progress_bar(work, progress is None and work > PROGRESS_WORK) as feed:
+            _kernels.run_rows(
+                caps,
+                lengths,
+                row_b,
+                row_L,
+                supply,
+                threads,
+                threads,
+                out,
+                None if feed is None else feed(0.0),
+            )  # a sink range per thread
         return out
     threads = flow_threads(threads)
     plan = _plan(row_b, row_L, lengths, supply)
@@ -242,11 +305,10 @@ def layered_max_flow(
     if not (cost.sum() > PROGRESS_WORK if progress is None else progress):
         _execute(caps, lengths, row_b, row_L, supply, plan, np.arange(cost.shape[0]), out, threads)
         return out
-    from tqdm.auto import tqdm
-
-    bar_format = "{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]"
-    with tqdm(total=float(cost.sum()), desc="attention flow", bar_format=bar_format, leave=False) as bar:
+    with _progress_bar(float(cost.sum()), True) as feed:
+        base = 0.0
         for tasks in _rounds(cost, PROGRESS_ROUNDS):
-            _execute(caps, lengths, row_b, row_L, supply, plan, tasks, out, threads)
-            bar.update(float(cost[tasks].sum()))
+            _execute(caps, lengths, row_b, row_L, supply, plan, tasks, out, threads, feed(base))
+            base += float(cost[tasks].sum())
+            feed(base)(0)  # the round is done: the bar at its end
     return out

@@ -10,7 +10,12 @@ calling thread: threads that must share cores with busy loops only wait for each
 in benchmarks/flow_speed.py, section "busy").
 
 ATTNFLOW_THREADS=<n> (n >= 1) fixes the count instead; a `threads=` argument of
-`layered_max_flow` wins over both. The values never depend on the count.
+`layered_max_flow` wins over both. The values never depend on the count. Either is checked on every
+flow call, short or long (`check_env`): 0, a negative or a non-integer value is refused in one line
+naming ATTNFLOW_THREADS and the value; a count above the CPUs this process may use (`cpu_limit`:
+its affinity mask, bounded by a cgroup quota) is clamped to them with a warning (once per value):
+the extension's threads live as long as the process, and more of them than CPUs only wait for
+each other.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import functools
 import math
 import os
 import time
+import warnings
 
 ENV = "ATTNFLOW_THREADS"
 # The free-CPU estimate is reused for this long (seconds): reading /proc costs ~10 us, a small
@@ -74,19 +80,57 @@ def free_cpus() -> int:
     return free
 
 
-def flow_threads(threads: int | None = None) -> int:
-    """Threads for one flow call: `threads` if given, else ATTNFLOW_THREADS, else `free_cpus()`."""
-    if threads is None:
-        raw = os.environ.get(ENV, "").strip()
-        if not raw:
-            return free_cpus()
-        try:
-            threads = int(raw)
-        except ValueError:
-            raise ValueError(f"{ENV} must be a whole number >= 1, got {raw!r}") from None
-        if threads < 1:
-            raise ValueError(f"{ENV} must be a whole number >= 1, got {raw!r}")
+def cpu_limit() -> int:
+    """The most threads a flow call runs: the CPUs this process may run on (>= 1)."""
+    return _affinity()
+
+
+_warned: set[tuple[str, int]] = set()
+
+
+def _bounded(threads: int, name: str) -> int:
+    """`threads` clamped to `cpu_limit()`, with a warning the first time a value is clamped."""
+    limit = cpu_limit()
+    if threads <= limit:
         return threads
+    if (name, threads) not in _warned:
+        _warned.add((name, threads))
+        warnings.warn(
+            f"{name}={threads} is more than the {limit} CPUs this process may use; using {limit} threads",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return limit
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_env(raw: str) -> int | None:
+    """ATTNFLOW_THREADS as given (stripped) -> the count, None when unset; ValueError naming it."""
+    if not raw:
+        return None
+    try:
+        threads = int(raw)
+    except ValueError:
+        raise ValueError(f"{ENV} must be a whole number >= 1, got {raw!r}") from None
+    if threads < 1:
+        raise ValueError(f"{ENV} must be a whole number >= 1, got {raw!r}")
+    return threads
+
+
+def check_env() -> int | None:
+    """ATTNFLOW_THREADS checked (a bad value raises, also on calls too small to use threads) and
+    bounded by `cpu_limit()`; None when it is not set."""
+    threads = _parse_env(os.environ.get(ENV, "").strip())
+    return None if threads is None else _bounded(threads, ENV)
+
+
+def flow_threads(threads: int | None = None) -> int:
+    """Threads for one flow call: `threads` if given, else ATTNFLOW_THREADS, else `free_cpus()`;
+    at most `cpu_limit()` (see the module docstring)."""
+    if threads is None:
+        fixed = check_env()
+        return free_cpus() if fixed is None else fixed
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a whole number >= 1, got {threads!r}")
-    return threads
+    check_env()
+    return _bounded(threads, "threads")

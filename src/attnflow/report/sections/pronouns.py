@@ -77,7 +77,8 @@ def section(ctx: Context) -> None:
                 "pronouns (bars), then raw attention, rollout and flow of the position that predicts the pronoun "
                 "at every layer (L1 on top), then AttnLRP and integrated gradients (one row each). Referent tokens "
                 "in green, distractor in red; the BOS column is left out of each row's share (it holds the sink). "
-                "Colour: each token's share of its row against the uniform share (white: 1/n or less)."
+                "Colour: each token's share of the panel's strongest row against the uniform share, one scale "
+                "per method (white: 1/n or less; in the AttnLRP / IG panel each row is its own method)."
             ),
         )  # fmt: skip
     ctx.figure(
@@ -251,7 +252,12 @@ def plot_pronoun_maps(maps: Sequence[Mapping[str, np.ndarray]], rows: Sequence[A
                 labels = [
                     f"L{i + 1}" if i % 5 == 0 or i == len(matrix) - 1 else "" for i in range(len(matrix))
                 ]
-            ax.imshow(uniform_rgba(matrix, muted_columns=[0]), aspect="auto", interpolation="nearest")
+            # one scale per method (attnflow.viz.scale): a layered map's strongest layer; in the model
+            # panel each row is its own method, so each row is its own reference
+            ref = np.abs(matrix[:, 1:]).sum(axis=1, keepdims=True) if m == "model" else None
+            ax.imshow(
+                uniform_rgba(matrix, muted_columns=[0], reference=ref), aspect="auto", interpolation="nearest"
+            )
             ax.set_yticks(range(len(labels)), labels, fontsize=6)
             ax.set_xticks(range(len(tokens)), tokens, rotation=90, fontsize=7)
             for j, tick in enumerate(ax.get_xticklabels()):

@@ -49,7 +49,7 @@ TARGET_COLD_S = 5.0
 def fresh_copy(into: Path) -> Path:
     """src/attnflow and the built extension copied without caches, byte-compiled as pip does, then
     made read-only."""
-    import attnflow.explain._maxflow._kernels as kernels
+    from attnflow.explain import solver_file
 
     dest = into / "site"
     shutil.copytree(
@@ -57,7 +57,7 @@ def fresh_copy(into: Path) -> Path:
         dest / "attnflow",
         ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "*.pyd"),
     )
-    shutil.copy2(kernels.__file__, dest / "attnflow" / "explain" / "_maxflow")
+    shutil.copy2(solver_file(), dest / "attnflow" / "explain" / "_maxflow")
     # byte code, as pip writes it at install time (a wheel's .py files are compiled by default)
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(dest / "attnflow")], check=True)
     for path in dest.rglob("*"):

@@ -50,7 +50,7 @@ from scipy.sparse.csgraph import maximum_flow
 
 import attnflow.explain as lib
 from attnflow import stage_cache
-from attnflow.explain._maxflow import _threads
+from attnflow.explain import flow_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 0
@@ -352,7 +352,7 @@ def busy(rng, quick: bool) -> list[dict]:
                 for setting in order:
                     if setting == "auto":
                         os.environ.pop("ATTNFLOW_THREADS", None)
-                        chosen.append(_threads.flow_threads())
+                        chosen.append(flow_threads())
                     else:
                         os.environ["ATTNFLOW_THREADS"] = setting
                     start = time.perf_counter()

@@ -66,8 +66,8 @@ def test_missing_params_file_says_how_to_make_it(tmp_path):
 
 
 def test_the_method_list_is_the_explainer_registry():
-    from attnflow.methods import EXPLAINERS
     from attnflow.method_inputs import EXPLAINER_INPUTS
+    from attnflow.methods import EXPLAINERS
 
     assert list(EXPLAINER_INPUTS) == list(EXPLAINERS)
 

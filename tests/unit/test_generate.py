@@ -15,7 +15,6 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from attnflow.explain import normalize_receptive_field, remove_sinks  # noqa: E402
-from attnflow.methods import EXPLAINERS  # noqa: E402
 from attnflow.generate import (  # noqa: E402
     explain_generation,
     explain_generation_grid,
@@ -26,6 +25,7 @@ from attnflow.generate import (  # noqa: E402
 )
 from attnflow.generate.explanation import load_generations, save_generations  # noqa: E402
 from attnflow.hf import eager_attention, forward_attentions  # noqa: E402
+from attnflow.methods import EXPLAINERS  # noqa: E402
 
 VOCAB = 24
 # KV-cache steps vs one full forward, float32: only summation order differs
@@ -315,3 +315,21 @@ def test_the_stream_refuses_what_it_cannot_compute_and_is_not_used_for_it(model)
         explain_generation(model, Tok(), PROMPT, max_new_tokens=2, receptive_field="uniform", stream=True)
     e = explain_generation(model, Tok(), PROMPT, max_new_tokens=2, receptive_field="uniform")  # captured
     assert e.maps["rollout"].shape == (2, len(PROMPT), 3)
+
+
+def test_a_spec_object_asks_what_the_keywords_ask(model):
+    """explain_generation(..., spec) equals the same options as keywords; keywords override the spec;
+    an unknown option is refused in one line naming it."""
+    from attnflow.generate import GenerationSpec
+
+    spec = GenerationSpec(max_new_tokens=3, methods=("raw", "rollout"), sinks="none")
+    by_spec = explain_generation(model, Tok(), PROMPT, spec)
+    by_words = explain_generation(
+        model, Tok(), PROMPT, max_new_tokens=3, methods=["raw", "rollout"], sinks="none"
+    )
+    assert by_spec.generated_ids == by_words.generated_ids
+    for m in ("raw", "rollout"):
+        np.testing.assert_array_equal(by_spec.maps[m], by_words.maps[m])
+    assert explain_generation(model, Tok(), PROMPT, spec, max_new_tokens=2).n_generated == 2
+    with pytest.raises(ValueError, match="unknown generation option 'max_tokens'"):
+        explain_generation(model, Tok(), PROMPT, spec, max_tokens=2)

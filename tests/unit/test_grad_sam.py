@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnflow.methods import EXPLAINERS
-from attnflow.methods import METHODS
+from attnflow.methods import EXPLAINERS, METHODS
 from attnflow.methods.grad_sam import grad_sam_map
 
 

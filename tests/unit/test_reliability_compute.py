@@ -290,12 +290,14 @@ def test_a_small_call_estimated_long_shows_progress_and_the_same_values(capsys, 
 
 
 def test_the_kernels_report_progress_as_they_go_and_stop_when_the_callback_raises():
+    # 512 tokens: about 1 s of solving (17 reports every 50 ms on an idle EPYC); 256 took 0.09 s,
+    # too short for three reports on a fast machine
     from attnflow.explain._maxflow import _kernels
 
-    attn = _long_attn(tokens=256)
+    attn = _long_attn(tokens=512)
     from attnflow.explain._common import mix_residual
 
-    caps = mix_residual(attn[None, :, 0], np.ones((1, 256), bool), 0.5)  # (1, L, T, T)
+    caps = mix_residual(attn[None, :, 0], np.ones((1, 512), bool), 0.5)  # (1, L, T, T)
     supply = caps[:, LONG_LAYERS - 1, 0]  # (1, T)
     seen = []
 
@@ -304,9 +306,9 @@ def test_the_kernels_report_progress_as_they_go_and_stop_when_the_callback_raise
         if len(seen) == 3:
             raise RuntimeError("stop here")
 
-    out = np.zeros((1, 256))
+    out = np.zeros((1, 512))
     with pytest.raises(RuntimeError, match="stop here"):
         _kernels.run_rows(
-            caps, np.array([256]), np.array([0]), np.array([LONG_LAYERS]), supply, 1, 1, out, progress
+            caps, np.array([512]), np.array([0]), np.array([LONG_LAYERS]), supply, 1, 1, out, progress
         )
     assert len(seen) == 3 and 0 < seen[0] <= seen[1] <= seen[2]

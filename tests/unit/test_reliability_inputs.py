@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from attnflow.explain import _common
-from attnflow.methods import EXPLAINERS
 from attnflow.explain._common import ROW_SUM_TOL, prepare
+from attnflow.methods import EXPLAINERS
 from tests._tiny import make_tiny_bert
 
 # -- row-sum tolerance follows the dtype -----------------------------------------------------------

@@ -6,7 +6,7 @@ import argparse
 import math
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnflow.cli import common
 from attnflow.cli.inputs import (
@@ -24,6 +24,9 @@ from attnflow.methods import generation_methods
 from attnflow.options import GENERATION_OVER, SINK_CHOICES
 from attnflow.options import RECEPTIVE_FIELDS as RECEPTIVE_FIELD_CHOICES
 from attnflow.schema import value_problem
+
+if TYPE_CHECKING:
+    from attnflow.generate.spec import GenerationSpec
 
 GENERATE_METHODS = tuple(r.name for r in generation_methods())  # the method records (attnflow.methods)
 GENERATED_ROWS_PER_PAGE = 40  # rows of one generation PNG page (keeps it under viz.MAX_PNG_PIXELS)
@@ -180,7 +183,8 @@ def drop_reading(summary: dict[Any, dict[int, float]], methods: list[str]) -> st
     return ". ".join(parts) + "."
 
 
-def cmd_generate(args: argparse.Namespace) -> int:
+def _options(args: argparse.Namespace) -> tuple[GenerationSpec, list[str], Any, Any, list[int]]:
+    """(spec, prompts, formats, layer, ks) from the arguments, each refused in one line when wrong."""
     methods = [m.strip() for m in args.method.split(",") if m.strip()]
     bad = [m for m in methods if m not in GENERATE_METHODS]
     if bad or not methods:
@@ -208,14 +212,20 @@ def cmd_generate(args: argparse.Namespace) -> int:
     gen_kwargs = _generate_kwargs(args)
     if args.out is not None:
         check_out(args.out)
+    from attnflow.generate.spec import GenerationSpec
 
+    spec = GenerationSpec(
+        max_new_tokens=args.max_new_tokens, methods=tuple(methods), sinks=args.sinks,
+        receptive_field=args.receptive_field, over=args.over, residual=args.residual,
+        generate_kwargs=gen_kwargs, seed=args.seed,
+    )  # fmt: skip
+    return spec, prompts, formats, layer, ks
+
+
+def _generator(args: argparse.Namespace, prompts: list[str]) -> tuple[Any, Any]:
+    """(model, tokenizer) of --model, refused in one line unless it is a decoder-only LM for these prompts."""
     common._quiet_transformers()
-    from attnflow.display import layer_labels
-    from attnflow.generate import explain_generation, faithfulness
-    from attnflow.generate.explanation import save_generations
-    from attnflow.generate.result import TITLE_CHARS
-    from attnflow.hf import AttentionUnavailableError, check_vocabulary
-    from attnflow.viz import page_slices, shorten, token_table, write_html, write_png
+    from attnflow.hf import check_vocabulary
 
     device = common.resolve_device(args.device)
     model, tokenizer = common.load(args.model, device, cache=args.cache_dir, quiet=args.quiet)
@@ -230,15 +240,20 @@ def cmd_generate(args: argparse.Namespace) -> int:
         check_vocabulary(tokenizer, prompts)
     except ValueError as exc:
         raise common.CLIError(f"--model {args.model}: {exc}") from None
+    return model, tokenizer
+
+
+def _explain(args: argparse.Namespace, model: Any, spec: GenerationSpec, prompts: list[str], ks: list[int],
+             tokenizer: Any) -> tuple[list[Any], list[Any]]:  # fmt: skip
+    """(explanations, faithfulness checks), one per prompt."""
+    from attnflow.generate import explain_generation, faithfulness
+    from attnflow.hf import AttentionUnavailableError
+
     explanations = []
     checks = []
     for prompt in prompts:
         try:
-            e = explain_generation(
-                model, tokenizer, prompt, max_new_tokens=args.max_new_tokens, methods=methods, sinks=args.sinks,
-                receptive_field=args.receptive_field, over=args.over, residual=args.residual,
-                generate_kwargs=gen_kwargs, seed=args.seed,
-            )  # fmt: skip
+            e = explain_generation(model, tokenizer, prompt, spec)
             explanations.append(e)
             usable = [k for k in ks if k < e.n_prompt]  # at least one prompt token must stay
             checks.append(faithfulness(model, e, ks=usable, seed=args.seed or 0) if usable else None)
@@ -255,8 +270,20 @@ def cmd_generate(args: argparse.Namespace) -> int:
             raise common.CLIError(
                 f"--token {args.token}: the completion has {n} generated tokens (use 0..{n - 1})"
             )
+    return explanations, checks
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    spec, prompts, formats, layer, ks = _options(args)
+    methods = list(spec.methods)
+    model, tokenizer = _generator(args, prompts)
+    explanations, checks = _explain(args, model, spec, prompts, ks, tokenizer)
     if explanations:  # one model: one layer count
         layer = common.layer_index(layer, explanations[0].num_layers)
+    from attnflow.display import layer_labels
+    from attnflow.generate.explanation import save_generations
+    from attnflow.generate.result import TITLE_CHARS
+    from attnflow.viz import page_slices, shorten, token_table, write_html, write_png
 
     failed: list[str] = []  # outputs that could not be made (the others still are)
 

@@ -78,6 +78,21 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
 
 
+def flow_threads() -> int:
+    """The threads the next `attention_flow` call may use: ATTNFLOW_THREADS (checked, at most the
+    CPUs this process may use), else the CPUs free now. The solver's public face for benchmarks."""
+    from ._maxflow._threads import flow_threads as threads
+
+    return threads()
+
+
+def solver_file() -> str:
+    """The path of the compiled max-flow extension: what a copy of the package must carry."""
+    from ._maxflow import _kernels
+
+    return str(_kernels.__file__)
+
+
 # The axis order of every attention input (a 4-d input is one sample, without "batch").
 AXES = ("batch", "layer", "head", "query", "key")
 # numpy.ndarray or torch.Tensor of attention probabilities, axes AXES.
@@ -94,11 +109,13 @@ __all__ = [  # this module's names, then causal's
     "causal_rollout",
     "chefer_generic",
     "chefer_lrp",
+    "flow_threads",
     "head_flow",
     "head_rollout",
     "normalize_receptive_field",
     "raw_attention",
     "select_rows",
+    "solver_file",
     "uniform_attention",
     "uniform_baseline",
     *causal.__all__,

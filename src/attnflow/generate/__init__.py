@@ -32,6 +32,7 @@ from attnflow.models.smollm2 import (
 from .explanation import explain_generation, explain_generation_grid, generation_table
 from .faithfulness import Faithfulness, faithfulness, faithfulness_grid, removal_faithfulness
 from .result import GenerationExplanation, load_generations, save_generations
+from .spec import GenerationSpec
 from .study import GenerationStudy, generation_study
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "SMOLLM2_GGUF",
     "Faithfulness",
     "GenerationExplanation",
+    "GenerationSpec",
     "GenerationStudy",
     "cache_dir",
     "convert_gguf",

@@ -37,8 +37,8 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -46,54 +46,31 @@ import numpy as np
 from attnflow.explain import (
     RECEPTIVE_FIELDS,
     SINK_CHOICES,
-    SINK_MIN_ROWS,
-    SINK_THRESHOLD,
     find_sinks,
     sink_mode,
 )
 from attnflow.explain.apply import CausalSpec, RowSpec, apply
+from attnflow.generate.forward import _labels, _Run, _run, _stream
 from attnflow.generate.gradient_maps import gradient_maps
 from attnflow.generate.result import GenerationExplanation
+from attnflow.generate.spec import GRAD_BATCH_SIZE, GenerationSpec
 from attnflow.methods import METHODS, generation_methods
-from attnflow.modes import eval_mode
 
 from attnflow.generate.result import load_generations as load_generations  # isort: skip
 from attnflow.generate.result import save_generations as save_generations  # isort: skip
 from attnflow.options import GENERATION_OVER as OVER
 
-__all__ = ["GenerationExplanation", "explain_generation", "explain_generation_grid", "generation_table"]
+__all__ = [
+    "GRAD_BATCH_SIZE",
+    "GenerationExplanation",
+    "GenerationSpec",
+    "explain_generation",
+    "explain_generation_grid",
+    "generation_table",
+]
 
 GENERATION_METHODS = tuple(r.name for r in generation_methods())  # the method records' (attnflow.methods)
 DEFAULT_METHODS = ("raw", "rollout", "flow", "chefer")  # explain_generation_grid's default
-# Generated tokens explained per forward/backward of the "chefer" target (a batch of copies).
-GRAD_BATCH_SIZE = 8
-
-
-# --------------------------------------------------------------------------------------------------
-# Generation and the teacher-forced forward
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Run:
-    """One generation and its teacher-forced forward (shared by every method and option)."""
-
-    prompt_ids: list[int]
-    generated_ids: list[int]
-    attn: np.ndarray | None  # (L, H, T, T) float64, T = P + n - 1; None on the stream
-    logprobs: np.ndarray  # (n,)
-    gradient: dict[
-        str, dict[tuple[str, str], np.ndarray]
-    ]  # method -> (sink mode, receptive field) -> (n, L, T), row P + t - 1, target g_t
-    generate_kwargs: dict[str, Any]
-    model_maps: dict[str, np.ndarray] = field(default_factory=dict)  # model-level method -> (n, L, T)
-    # method -> sink mode -> (n, L, T), like `gradient`, computed on the stream
-    streamed: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
-
-    @property
-    def tokens(self) -> int:
-        """T = P + n - 1, the teacher-forced sequence's length."""
-        return len(self.prompt_ids) + len(self.generated_ids) - 1
 
 
 def _check_options(methods: Sequence[str], over: str, residual: float, grad_batch_size: int) -> list[str]:
@@ -110,170 +87,6 @@ def _check_options(methods: Sequence[str], over: str, residual: float, grad_batc
     if isinstance(grad_batch_size, bool) or not isinstance(grad_batch_size, int) or grad_batch_size < 1:
         raise ValueError(f"grad_batch_size must be an int >= 1, got {grad_batch_size!r}")
     return list(dict.fromkeys(names))
-
-
-def _prompt_ids(tokenizer: Any, prompt: str) -> list[int]:
-    if not isinstance(prompt, str) or not prompt:
-        raise ValueError(f"prompt must be a non-empty string, got {prompt!r}")
-    enc = tokenizer(prompt, return_tensors="pt")
-    ids = enc["input_ids"]
-    ids = ids[0].tolist() if getattr(ids, "ndim", 1) == 2 else list(ids)
-    if not ids:
-        raise ValueError(f"the prompt {prompt!r} has no tokens")
-    return [int(i) for i in ids]
-
-
-def _generate(
-    model: Any, tokenizer: Any, prompt_ids: list[int], max_new_tokens: int, generate_kwargs: Mapping[str, Any] | None,
-    seed: int | None,
-) -> tuple[list[int], dict[str, Any]]:  # fmt: skip
-    import torch
-
-    from attnflow.devices import model_device
-
-    kwargs: dict[str, Any] = {"do_sample": False, "max_new_tokens": max_new_tokens}
-    pad = getattr(tokenizer, "pad_token_id", None)
-    if pad is None:
-        pad = getattr(tokenizer, "eos_token_id", None)
-    if pad is not None:
-        kwargs["pad_token_id"] = pad
-    kwargs.update(dict(generate_kwargs or {}))
-    for key in ("input_ids", "attention_mask", "output_attentions", "return_dict_in_generate"):
-        if key in kwargs:
-            raise ValueError(f"generate_kwargs must not set {key!r} (explain_generation sets it)")
-    if seed is not None:
-        torch.manual_seed(seed)
-    device = model_device(model)
-    ids = torch.tensor([prompt_ids], device=device)
-    with eval_mode(model):
-        with torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
-    seq = out.sequences if hasattr(out, "sequences") else out
-    generated = [int(i) for i in seq[0, len(prompt_ids) :].tolist()]
-    if not generated:
-        raise ValueError("the model generated no tokens (max_new_tokens reached 0, or it stopped at once)")
-    return generated, {
-        k: v for k, v in kwargs.items() if isinstance(v, bool | int | float | str | type(None))
-    }
-
-
-def _teacher_forced(
-    model: Any, prompt_ids: list[int], generated_ids: list[int]
-) -> tuple[np.ndarray, np.ndarray]:
-    """(attn (L, H, T, T), logprobs (n,)) from one eager forward over prompt + g_0 .. g_{n-2}."""
-    import torch
-
-    from attnflow.bridge import forward
-    from attnflow.devices import model_device
-
-    device = model_device(model)
-    p, n = len(prompt_ids), len(generated_ids)
-    seq = torch.tensor([prompt_ids + generated_ids[:-1]], device=device)  # (1, T), T = P + n - 1
-    rows = torch.arange(p - 1, p - 1 + n, device=device)  # (n,) row P + t - 1 predicts g_t
-    targets = torch.tensor(generated_ids, device=device)  # (n,)
-    out = forward(model, {"input_ids": seq, "attention_mask": torch.ones_like(seq)}, target=None)
-    attn = out.attentions[0].to(device="cpu", dtype=torch.float64).numpy()  # (L, H, T, T)
-    logp = torch.log_softmax(out.logits[0, rows].double(), dim=-1)  # (n, V)
-    return attn, logp.gather(1, targets[:, None])[:, 0].cpu().numpy()
-
-
-def _labels(tokenizer: Any, ids: Sequence[int]) -> tuple[list[str], list[int]]:
-    """(display label per token, positions of special tokens)."""
-    from attnflow.hf import token_labels
-
-    if not ids:
-        return [], []
-    try:
-        labels, _ = token_labels(tokenizer, list(ids))
-    except Exception:  # a tokenizer without convert_ids_to_tokens: decode one id at a time
-        labels = [tokenizer.decode([i]) for i in ids]
-    special = set(getattr(tokenizer, "all_special_ids", []) or [])
-    return labels, [k for k, i in enumerate(ids) if i in special]
-
-
-def _run(
-    model: Any,
-    tokenizer: Any,
-    prompt: str,
-    *,
-    max_new_tokens: int,
-    generate_kwargs: Mapping[str, Any] | None,
-    seed: int | None,
-    completion_ids: Sequence[int] | None,
-    capture: bool = True,
-) -> _Run:
-    """The generation and, with `capture`, its teacher-forced forward's attentions (else the
-    stream computes the maps: `_stream`)."""
-    from attnflow.hf import max_input_tokens
-
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
-    prompt_ids = _prompt_ids(tokenizer, prompt)
-    limit = max_input_tokens(model, tokenizer)
-    if completion_ids is None:
-        if limit is not None and len(prompt_ids) + max_new_tokens > limit:
-            raise ValueError(
-                f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's "
-                f"limit of {limit} tokens"
-            )
-        generated, used = _generate(model, tokenizer, prompt_ids, max_new_tokens, generate_kwargs, seed)
-    else:
-        generated, used = [int(i) for i in completion_ids], {"completion_ids": "given"}
-        if not generated:
-            raise ValueError("completion_ids is empty")
-    if not capture:
-        return _Run(prompt_ids, generated, None, np.zeros(0), {}, used)
-    attn, logprobs = _teacher_forced(model, prompt_ids, generated)
-    return _Run(prompt_ids, generated, attn, logprobs, {}, used)
-
-
-def _stream(
-    model: Any, run: _Run, methods: list[str], modes: list[str], sink_positions: Any, threshold: float,
-    min_rows: int, scope: str, residual: float,
-) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """Fill `run.streamed` and `run.logprobs` from streamed teacher-forced forwards (`attnflow.stream`:
-    no (L, H, T, T) attention held), one per sink mode; the first also adds up the sink scores.
-    Returns (the sink mask (L, H, T), the per-head sinks (L, H, T)), as `_sink_mask` and
-    `find_sinks(scope="head")` give them on the captured attentions."""
-    import torch
-
-    from attnflow.devices import model_device
-    from attnflow.explain.causal import sink_key_mask, sinks_from_scores
-    from attnflow.stream import stream_maps
-
-    device = model_device(model)
-    p, n = len(run.prompt_ids), len(run.generated_ids)
-    seq = torch.tensor([run.prompt_ids + run.generated_ids[:-1]], device=device)  # (1, T)
-    batch = {"input_ids": seq, "attention_mask": torch.ones_like(seq)}
-    rows = torch.arange(p - 1, p - 1 + n, device=device)[None]  # (1, n): row P + t - 1 predicts g_t
-
-    def maps(mode: str, sinks: np.ndarray | None, names: list[str], scores: bool = False) -> dict[str, Any]:
-        got = stream_maps(model, batch, rows, names, residual=residual, dtype=torch.float64,
-                          sinks=None if sinks is None else sinks[None], sink_mode=mode, sink_scores=scores)  # fmt: skip
-        for name in names:  # (1, L, n, T) -> (n, L, T)
-            run.streamed.setdefault(name, {})[mode] = got[name][0].transpose(0, 1).cpu().numpy()
-        return got
-
-    # the first forward: the sink scores, the logits, and the plain maps when they are asked for
-    got = maps("none", None, methods if "none" in modes else [], scores=True)
-    scores, seen, _ = got["sink_scores"]
-    if isinstance(sink_positions, str):
-        if sink_positions != "auto":
-            raise ValueError(f"sink_positions must be 'auto', positions or a mask, got {sink_positions!r}")
-        mask = sinks_from_scores(scores, seen, threshold=threshold, min_rows=min_rows, scope=scope)[0]
-    else:
-        _, layers, heads, tokens = scores.shape
-        mask = sink_key_mask(
-            sink_positions, (1, layers, heads, tokens, tokens), np.ones((1, tokens), dtype=bool)
-        )[0]
-    head_sinks = sinks_from_scores(scores, seen, threshold=threshold, min_rows=min_rows, scope="head")[0]
-    for mode in modes:
-        if mode != "none":
-            maps(mode, mask, methods)  # one forward per sink handling
-    targets = torch.tensor(run.generated_ids, device=device)
-    logp = torch.log_softmax(got["logits"][0].double(), dim=-1)  # (n, V) at the rows
-    run.logprobs = logp.gather(1, targets[:, None])[:, 0].cpu().numpy()
-    return mask, head_sinks
 
 
 # --------------------------------------------------------------------------------------------------
@@ -372,24 +185,8 @@ def explain_generation(
     model: Any,
     tokenizer: Any,
     prompt: str,
-    *,
-    max_new_tokens: int = 20,
-    methods: str | Sequence[str] = ("rollout",),
-    sinks: str = "auto",
-    sink_positions: Any = "auto",
-    sink_threshold: float = SINK_THRESHOLD,
-    sink_min_rows: int = SINK_MIN_ROWS,
-    sink_scope: str = "position",
-    receptive_field: str = "none",
-    over: str = "prompt",
-    residual: float = 0.5,
-    heads: str | int = "mean",
-    normalize: bool = True,
-    generate_kwargs: Mapping[str, Any] | None = None,
-    seed: int | None = None,
-    completion_ids: Sequence[int] | None = None,
-    grad_batch_size: int = GRAD_BATCH_SIZE,
-    stream: bool | None = None,
+    spec: GenerationSpec | None = None,
+    **options: Any,
 ) -> GenerationExplanation:
     """Generate from `prompt`, then explain every generated token over the prompt (Deb 2021's M).
 
@@ -411,16 +208,15 @@ def explain_generation(
     the mass they had). stream: as in `explain_generation_grid` (None: raw / rollout / flow without a
     receptive field are computed on the stream, so long prompts need no (L, H, T, T) attentions).
     """
-    names = _check_options(methods, over, residual, grad_batch_size)
+    o = GenerationSpec.of(spec, options)  # the options below are the spec's fields
+    names = _check_options(o.methods, o.over, o.residual, o.grad_batch_size)
+    sinks, receptive_field = o.sinks, o.receptive_field
     sink_mode(sinks)
     if receptive_field not in RECEPTIVE_FIELDS:
         raise ValueError(f"receptive_field must be one of {RECEPTIVE_FIELDS}, got {receptive_field!r}")
     return explain_generation_grid(
-        model, tokenizer, prompt, max_new_tokens=max_new_tokens, methods=names, sinks=(sinks,),
-        receptive_fields=(receptive_field,), sink_positions=sink_positions, sink_threshold=sink_threshold,
-        sink_min_rows=sink_min_rows, sink_scope=sink_scope, over=over, residual=residual, heads=heads, normalize=normalize,
-        generate_kwargs=generate_kwargs, seed=seed, completion_ids=completion_ids, grad_batch_size=grad_batch_size,
-        stream=stream,
+        model, tokenizer, prompt, dataclasses.replace(o, methods=names), sinks=(sinks,),
+        receptive_fields=(receptive_field,),
     )[(sinks, receptive_field)]  # fmt: skip
 
 
@@ -441,24 +237,11 @@ def explain_generation_grid(
     model: Any,
     tokenizer: Any,
     prompt: str,
+    spec: GenerationSpec | None = None,
     *,
-    max_new_tokens: int = 20,
-    methods: str | Sequence[str] = DEFAULT_METHODS,
     sinks: Sequence[str] = ("none", "drop", "diagonal"),
     receptive_fields: Sequence[str] = RECEPTIVE_FIELDS,
-    sink_positions: Any = "auto",
-    sink_threshold: float = SINK_THRESHOLD,
-    sink_min_rows: int = SINK_MIN_ROWS,
-    sink_scope: str = "position",
-    over: str = "prompt",
-    residual: float = 0.5,
-    heads: str | int = "mean",
-    normalize: bool = True,
-    generate_kwargs: Mapping[str, Any] | None = None,
-    seed: int | None = None,
-    completion_ids: Sequence[int] | None = None,
-    grad_batch_size: int = GRAD_BATCH_SIZE,
-    stream: bool | None = None,
+    **options: Any,
 ) -> dict[tuple[str, str], GenerationExplanation]:
     """`explain_generation` for every (sinks, receptive_field) pair, from ONE generation and forward.
 
@@ -468,8 +251,21 @@ def explain_generation_grid(
     per sink mode, the first also finding the sinks) instead of capturing (L, H, T, T) attentions:
     memory O(L n T + T²) instead of O(L H T²), for long prompts. None (default) streams whenever it
     can: every method one of raw / rollout / flow, heads="mean", receptive_fields=("none",).
-    The maps equal the captured path's to ~1e-12.
+    The maps equal the captured path's to ~1e-12. spec / options: as `explain_generation`'s
+    (`GenerationSpec`; methods default to raw, rollout, flow and chefer here), except that the
+    spec's sinks and receptive_field are replaced by the grid's axes ``sinks`` and
+    ``receptive_fields``.
     """
+    o = GenerationSpec.of(spec or GenerationSpec(methods=DEFAULT_METHODS), options)
+    methods, over, residual, heads, normalize = o.methods, o.over, o.residual, o.heads, o.normalize
+    max_new_tokens, generate_kwargs, seed, completion_ids = (
+        o.max_new_tokens,
+        o.generate_kwargs,
+        o.seed,
+        o.completion_ids,
+    )
+    sink_positions, sink_threshold, sink_min_rows = o.sink_positions, o.sink_threshold, o.sink_min_rows
+    sink_scope, grad_batch_size, stream = o.sink_scope, o.grad_batch_size, o.stream
     names = _check_options(methods, over, residual, grad_batch_size)
     sinks = list(dict.fromkeys([sinks] if isinstance(sinks, str) else sinks))
     fields = list(

@@ -4,9 +4,8 @@ one causal spec (CausalSpec) for every attention method."""
 import numpy as np
 import pytest
 
-from attnflow.methods import EXPLAINERS
 from attnflow.explain.apply import CausalSpec, RowSpec, apply
-from attnflow.methods import METHODS
+from attnflow.methods import EXPLAINERS, METHODS
 
 
 def padded(rng, lengths, layers=2, heads=2, causal=False):

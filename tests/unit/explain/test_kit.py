@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from attnflow.explain import remove_sinks
-from attnflow.methods import EXPLAINERS
 from attnflow.explain.kit import Batch, attention_method, check_rows, take_rows
+from attnflow.methods import EXPLAINERS
 
 
 @attention_method

@@ -15,8 +15,8 @@ import torch
 from safetensors.numpy import load_file
 
 from attnflow.explain import chefer_generic, chefer_lrp
-from attnflow.methods import EXPLAINERS
 from attnflow.lrp import lrp_relevance
+from attnflow.methods import EXPLAINERS
 
 FIXTURE = Path(__file__).parents[3] / ".." / "shared" / "fixtures" / "chefer_tiny_bert"
 TOL = 1e-4  # the fixture's stated tolerance (float32)

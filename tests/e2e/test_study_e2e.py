@@ -278,7 +278,7 @@ def test_hydra_sweep_runs_each_seed_and_aggregates_the_finished_jobs(tmp_path):
         timeout=600,
     )
     assert done.returncode != 0 and "1 of 3 job(s) failed, aggregated the other 2 in " in done.stderr
-    assert ": job 2 (seed=-1): " in done.stderr
+    assert ": job 2 (" in done.stderr and "seed=-1: must be >= 0" in done.stderr  # named, with its error
     jobs = sorted(
         p.name for p in (tmp_path / "multirun").iterdir() if p.is_dir() and (p / "params.yaml").exists()
     )

@@ -1,4 +1,5 @@
-"""Tiny models shared by the tests (a random 2-layer BERT saved like a Hugging Face checkpoint)."""
+"""Tiny models shared by the tests (a random 2-layer BERT saved like a Hugging Face checkpoint) and the
+letter tokenizer of the generation tests."""
 
 from __future__ import annotations
 
@@ -32,3 +33,18 @@ def make_tiny_bert(
     if with_tokenizer:
         BertTokenizer(vocab={w: i for i, w in enumerate(words)}).save_pretrained(directory)
     return directory
+
+
+class LetterTokenizer:
+    """One token per lower-case letter ("a" = 0): enough tokenizer for explain_generation."""
+
+    all_special_ids = ()
+
+    def __call__(self, text, return_tensors=None):
+        return {"input_ids": torch.tensor([[ord(c) - 97 for c in text]])}
+
+    def convert_ids_to_tokens(self, ids):
+        return [chr(97 + int(i)) for i in ids]
+
+    def decode(self, ids):
+        return "".join(chr(97 + int(i)) for i in ids)

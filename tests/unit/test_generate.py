@@ -26,6 +26,7 @@ from attnflow.generate import (  # noqa: E402
 from attnflow.generate.explanation import load_generations, save_generations  # noqa: E402
 from attnflow.hf import eager_attention, forward_attentions  # noqa: E402
 from attnflow.methods import EXPLAINERS  # noqa: E402
+from tests._tiny import LetterTokenizer as Tok  # noqa: E402
 
 VOCAB = 24
 # KV-cache steps vs one full forward, float32: only summation order differs
@@ -42,21 +43,6 @@ def _tiny(arch: str) -> torch.nn.Module:
                                       num_key_value_heads=2, intermediate_size=32, max_position_embeddings=64,
                                       bos_token_id=None, eos_token_id=None)  # fmt: skip
     return transformers.LlamaForCausalLM(config).eval()
-
-
-class Tok:
-    """One token per lower-case letter ("a" = 0): enough tokenizer for explain_generation."""
-
-    all_special_ids = ()
-
-    def __call__(self, text, return_tensors=None):
-        return {"input_ids": torch.tensor([[ord(c) - 97 for c in text]])}
-
-    def convert_ids_to_tokens(self, ids):
-        return [chr(97 + int(i)) for i in ids]
-
-    def decode(self, ids):
-        return "".join(chr(97 + int(i)) for i in ids)
 
 
 PROMPT = "abcdefg"  # P = 7

@@ -14,21 +14,7 @@ transformers = pytest.importorskip("transformers")
 
 from attnflow.generate import explain_generation, load_generations  # noqa: E402
 from attnflow.hf import token_labels  # noqa: E402
-
-
-class Tok:
-    """One token per lower-case letter ("a" = 0)."""
-
-    all_special_ids = ()
-
-    def __call__(self, text, return_tensors=None):
-        return {"input_ids": torch.tensor([[ord(c) - 97 for c in text]])}
-
-    def convert_ids_to_tokens(self, ids):
-        return [chr(97 + int(i)) for i in ids]
-
-    def decode(self, ids):
-        return "".join(chr(97 + int(i)) for i in ids)
+from tests._tiny import LetterTokenizer as Tok  # noqa: E402
 
 
 @pytest.fixture(scope="module")

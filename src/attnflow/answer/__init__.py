@@ -8,7 +8,7 @@ first; `attnflow.answer.tasks` builds items with known sources offline.
 
 from .deletion import deletion_scores, guided_deletion
 from .metrics import auc, deletion_areas, deletion_order, recovery_at
-from .span import ATTENTION_METHODS, GRADIENT_METHODS, SPAN_METHODS, answer_logprob, span_attribution
+from .span import ATTENTION_METHODS, GRADIENT_METHODS, SPAN_METHODS, span_attribution
 from .tasks import AnswerItem, arithmetic_items, gold_positions, multihop_items, retrieval_items
 
 __all__ = [
@@ -16,7 +16,6 @@ __all__ = [
     "GRADIENT_METHODS",
     "SPAN_METHODS",
     "AnswerItem",
-    "answer_logprob",
     "arithmetic_items",
     "auc",
     "deletion_areas",

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from attnflow.generate.faithfulness import continuation_logprobs
+
 from .metrics import deletion_areas, deletion_order
-from .span import answer_logprob
 
 __all__ = ["deletion_scores", "guided_deletion"]
 
@@ -48,13 +49,13 @@ def deletion_scores(
         counts = sorted(
             set(np.linspace(0, len(order), min(steps, len(order)) + 1).round().astype(int).tolist())
         )
-    sequences = []
+    prompts = []
     for c in counts:
         ids = prompt.copy()
         for j in order[:c]:
             ids[j] = pad_id
-        sequences.append(ids + answer)
-    measured = answer_logprob(model, sequences, len(prompt), batch_size=batch_size)
+        prompts.append(ids)
+    measured = continuation_logprobs(model, prompts, answer, batch_size).sum(axis=1)
     return np.interp(np.arange(len(order) + 1), counts, measured)
 
 
@@ -74,7 +75,6 @@ def guided_deletion(
     w = np.asarray(weights, dtype=np.float64)
     scores = deletion_scores(model, prompt_ids, answer_ids, w, pad_id=pad_id, protect=protect, steps=steps,
                              batch_size=batch_size)  # fmt: skip
-    keep = set(int(p) for p in protect)
-    free = np.array([w[j] for j in range(w.shape[0]) if j not in keep])
+    free = np.delete(w, sorted({int(p) for p in protect}))  # the deletable positions, in prompt order
     rise, mas, rise_ap = deletion_areas(scores, free)
     return {"rise": rise, "mas": mas, "rise_ap": rise_ap}

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ATTENTION_METHODS", "GRADIENT_METHODS", "SPAN_METHODS", "answer_logprob", "span_attribution"]
+__all__ = ["ATTENTION_METHODS", "GRADIENT_METHODS", "SPAN_METHODS", "span_attribution"]
 
 GRADIENT_METHODS = ("input_gradients", "integrated_gradients", "attnlrp")
 ATTENTION_METHODS = ("raw", "rollout", "flow", "chefer")
@@ -48,35 +48,13 @@ def _summed_logits(logits: Any, sequence: Sequence[int], n_prompt: int) -> Any:
     return rows.gather(2, targets[None, :, None].expand(rows.shape[0], n, 1))[..., 0].sum(-1)
 
 
-def answer_logprob(
-    model: Any, sequences: Sequence[Sequence[int]], n_prompt: int, *, batch_size: int = 8
-) -> np.ndarray:
-    """Σ_t log p(a_t | x, a_<t) per sequence (prompt + answer, all the same length; the answer
-    is the part after ``n_prompt``), teacher-forced, in batches; (len(sequences),) float64."""
-    import torch
-
-    from attnflow.devices import model_device
-    from attnflow.modes import eval_mode
-
-    device = model_device(model)
-    out = np.zeros(len(sequences))
-    with eval_mode(model), torch.no_grad():
-        for start in range(0, len(sequences), batch_size):
-            chunk = [list(s) for s in sequences[start : start + batch_size]]
-            ids = torch.tensor(
-                [s[:-1] for s in chunk], device=device
-            )  # (c, T - 1): the last token predicts nothing
-            logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.double()
-            logp = torch.log_softmax(logits[:, n_prompt - 1 :], dim=-1)  # (c, n, V)
-            targets = torch.tensor([s[n_prompt:] for s in chunk], device=device)  # (c, n)
-            out[start : start + len(chunk)] = logp.gather(2, targets[..., None])[..., 0].sum(-1).cpu().numpy()
-    return out
-
-
 def _embedding_gradient(
-    model: Any, sequence: list[int], n_prompt: int, *, scales: Sequence[float]
+    model: Any, sequence: list[int], n_prompt: int, *, scales: Sequence[float], rules: Any = None
 ) -> np.ndarray:
-    """Σ_d e ⊙ mean_k ∂y/∂e at (scale_k · e), over the prompt positions; one batched backward."""
+    """Σ_d e ⊙ mean_k ∂y/∂e at (scale_k · e), over the prompt positions; one batched backward.
+    ``rules``: a context manager the forward and backward run in (AttnLRP's rules), or None."""
+    from contextlib import nullcontext
+
     import torch
 
     from attnflow.devices import model_device
@@ -89,28 +67,11 @@ def _embedding_gradient(
         alphas = torch.tensor(list(scales), dtype=embeds.dtype, device=device)[:, None, None]
         scaled = (alphas * embeds).requires_grad_(True)  # (K, T - 1, D)
         mask = torch.ones(scaled.shape[:2], dtype=torch.long, device=device)
-        y = _summed_logits(model(inputs_embeds=scaled, attention_mask=mask).logits, sequence, n_prompt)
-        (grad,) = torch.autograd.grad(y.sum(), scaled)
+        with rules if rules is not None else nullcontext():
+            y = _summed_logits(model(inputs_embeds=scaled, attention_mask=mask).logits, sequence, n_prompt)
+            (grad,) = torch.autograd.grad(y.sum(), scaled)
     relevance = (embeds[0] * grad.mean(0)).sum(-1)  # (T - 1,)
-    return relevance[:n_prompt].double().cpu().numpy()
-
-
-def _attnlrp(model: Any, sequence: list[int], n_prompt: int, attention: str) -> np.ndarray:
-    import torch
-
-    from attnflow.attnlrp.patch import attnlrp_rules
-    from attnflow.devices import model_device
-    from attnflow.modes import eval_mode
-
-    device = model_device(model)
-    ids = torch.tensor([sequence[:-1]], device=device)
-    with eval_mode(model), torch.enable_grad():
-        embeds = model.get_input_embeddings()(ids).detach().requires_grad_(True)
-        with attnlrp_rules(model, attention=attention):
-            logits = model(inputs_embeds=embeds, attention_mask=torch.ones_like(ids)).logits
-            y = _summed_logits(logits, sequence, n_prompt).sum()
-            (grad,) = torch.autograd.grad(y, embeds)
-    return (embeds[0] * grad[0]).sum(-1)[:n_prompt].detach().double().cpu().numpy()
+    return relevance[:n_prompt].detach().double().cpu().numpy()
 
 
 def span_attribution(
@@ -142,7 +103,11 @@ def span_attribution(
             model, sequence, n_prompt, scales=[k / ig_steps for k in range(1, ig_steps + 1)]
         )
     if method == "attnlrp":
-        return _attnlrp(model, sequence, n_prompt, attention)
+        from attnflow.attnlrp.patch import attnlrp_rules
+
+        return _embedding_gradient(
+            model, sequence, n_prompt, scales=[1.0], rules=attnlrp_rules(model, attention=attention)
+        )
     from attnflow.generate import explain_generation
 
     text = tokenizer.decode(sequence[:n_prompt])

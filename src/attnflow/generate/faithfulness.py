@@ -35,7 +35,13 @@ import numpy as np
 
 from attnflow.modes import eval_mode, keeps_logits
 
-__all__ = ["Faithfulness", "faithfulness", "faithfulness_grid", "removal_faithfulness"]
+__all__ = [
+    "Faithfulness",
+    "continuation_logprobs",
+    "faithfulness",
+    "faithfulness_grid",
+    "removal_faithfulness",
+]
 
 N_RANDOM = 5  # random removal sets per k
 BATCH_SIZE = 16  # sequences per forward
@@ -75,22 +81,25 @@ def _check_ks(ks: Sequence[int], prompt_len: int) -> list[int]:
     return [int(k) for k in dict.fromkeys(ks)]
 
 
-def _logprobs(model: Any, prefixes: list[list[int]], generated_ids: list[int], batch_size: int) -> np.ndarray:
-    """(len(prefixes), n): log p(g_t | prefix, g_<t) for each prefix (all prefixes the same length)."""
+def continuation_logprobs(
+    model: Any, prefixes: Sequence[Sequence[int]], generated_ids: Sequence[int], batch_size: int
+) -> np.ndarray:
+    """(len(prefixes), n): log p(g_t | prefix, g_<t) for each prefix (all prefixes the same length),
+    teacher-forced, in batches; the logits of the last n positions only."""
     import torch
 
     from attnflow.devices import model_device
 
     device = model_device(model)
     n = len(generated_ids)
-    targets = torch.tensor(generated_ids, device=device)
+    targets = torch.tensor(list(generated_ids), device=device)
     out = np.zeros((len(prefixes), n))
     # the logits of the last n positions (those that predict g_0 .. g_n-1) are all that is read
     kept = {"logits_to_keep": n} if keeps_logits(model) else {}
     with eval_mode(model):
         for start in range(0, len(prefixes), batch_size):
             chunk = prefixes[start : start + batch_size]
-            ids = torch.tensor([c + generated_ids[:-1] for c in chunk], device=device)  # (c, p + n - 1)
+            ids = torch.tensor([[*c, *generated_ids[:-1]] for c in chunk], device=device)  # (c, p + n - 1)
             with torch.no_grad():
                 logits = model(
                     input_ids=ids, attention_mask=torch.ones_like(ids), **kept
@@ -143,7 +152,7 @@ def removal_faithfulness(
             raise ValueError(f"scores[{name!r}] contains NaN or inf")
         ranked[name] = np.argsort(-arr, axis=1, kind="stable")  # (n, P): ties -> earlier position
     labels = list(tokens) if tokens is not None else [str(i) for i in generated_ids]
-    base = _logprobs(model, [prompt_ids], generated_ids, batch_size)[0]  # (n,)
+    base = continuation_logprobs(model, [prompt_ids], generated_ids, batch_size)[0]  # (n,)
     rng = np.random.default_rng(seed)
     records: list[dict[str, Any]] = []
     for k in ks:
@@ -158,7 +167,7 @@ def removal_faithfulness(
         for removed in draws:
             sets.setdefault(removed, len(sets))
         prefixes = [[i for j, i in enumerate(prompt_ids) if j not in set(s)] for s in sets]
-        logp = _logprobs(model, prefixes, generated_ids, batch_size)  # (sets, n)
+        logp = continuation_logprobs(model, prefixes, generated_ids, batch_size)  # (sets, n)
         for name, t, removed in uses:
             lp = float(logp[sets[removed], t])
             records.append({"token_index": t, "token": labels[t], "k": k, "method": name, "removed": list(removed),

@@ -60,6 +60,13 @@ class SinkWarning(UserWarning):
     bias of a causal map left uncorrected (receptive_field="none")."""
 
 
+def _row_shares(m: Any) -> np.ndarray:
+    """Each entry's share of its row's total |mass|, (L, T) float64; a row without mass is 0."""
+    m = np.abs(np.asarray(m, dtype=np.float64))  # (L, T)
+    total = m.sum(axis=1, keepdims=True)
+    return np.divide(m, total, out=np.zeros_like(m), where=total > 0)
+
+
 def resolve_sinks(sinks: str | None, *, causal: bool) -> str:
     """The sink choice of a call: None -> "auto" for causal models, "none" for encoders; a choice
     of `attnflow.options.SINK_CHOICES` as given (ValueError otherwise)."""
@@ -143,9 +150,7 @@ def sink_alarm(
         m = maps.get(name)
         if m is None:
             continue
-        m = np.abs(np.asarray(m, dtype=np.float64))  # (L, T)
-        total = m.sum(axis=1, keepdims=True)
-        share = np.divide(m[:, cols], total, out=np.zeros((m.shape[0], len(cols))), where=total > 0)
+        share = _row_shares(m)[:, cols]  # (L, len(cols))
         layer, k = np.unravel_index(int(np.argmax(share)), share.shape)
         if worst is None or share[layer, k] > worst[0]:
             worst = (float(share[layer, k]), name, int(layer), cols[k])
@@ -167,9 +172,7 @@ def concentration_alarm(
         m = maps.get(name)
         if m is None:
             continue
-        m = np.abs(np.asarray(m, dtype=np.float64))  # (L, T)
-        total = m.sum(axis=1, keepdims=True)
-        share = np.divide(m, total, out=np.zeros_like(m), where=total > 0)
+        share = _row_shares(m)  # (L, T)
         if isinstance(row, int) and 0 <= row < share.shape[1]:
             share[:, row] = 0.0  # a token's own share is not a bias
         layer, col = np.unravel_index(int(np.argmax(share)), share.shape)

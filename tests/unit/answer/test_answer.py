@@ -22,7 +22,7 @@ from attnflow.answer import (
     retrieval_items,
     span_attribution,
 )
-from attnflow.answer.span import answer_logprob
+from attnflow.generate.faithfulness import continuation_logprobs
 
 
 def _oracle(scores: np.ndarray, w: np.ndarray) -> tuple[float, float, float]:
@@ -132,10 +132,10 @@ def test_the_deletion_curve_is_the_answers_log_prob_with_tokens_padded():
     w = np.array([0.1, 3.0, 0.2, 2.0, 0.0, 0.5])
     scores = deletion_scores(model, PROMPT, ANSWER, w, pad_id=0)
     assert scores.shape == (len(PROMPT) + 1,)
-    assert scores[0] == pytest.approx(answer_logprob(model, [PROMPT + ANSWER], len(PROMPT))[0])
+    assert scores[0] == pytest.approx(continuation_logprobs(model, [PROMPT], ANSWER, 8).sum())
     two_gone = PROMPT.copy()
     two_gone[1] = two_gone[3] = 0  # the two largest weights
-    assert scores[2] == pytest.approx(answer_logprob(model, [two_gone + ANSWER], len(PROMPT))[0])
+    assert scores[2] == pytest.approx(continuation_logprobs(model, [two_gone], ANSWER, 8).sum())
     coarse = deletion_scores(model, PROMPT, ANSWER, w, pad_id=0, steps=2)  # measured at 0, 3, 6
     assert coarse[[0, 3, 6]] == pytest.approx(scores[[0, 3, 6]])
     protected = deletion_scores(model, PROMPT, ANSWER, w, pad_id=0, protect=[0, 5])

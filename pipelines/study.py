@@ -106,14 +106,28 @@ def run(cfg: DictConfig) -> None:
     state = code_state(_config.ROOT)
     write_json(Path(PROVENANCE_FILE), state)
     _config.write(cfg, Path("params.yaml"))
-    cache, reused = train_cache(), {}
+    cache, reused, fill = train_cache(), {}, fill_only()
     for task in cfg.tasks:
-        for stage in TASK_STAGES:
+        for stage in TASK_STAGES[: TASK_STAGES.index(train) + 1] if fill else TASK_STAGES:
             if stage is train and cache is not None:
                 reused[task] = train_or_reuse(cfg, task, cache, commit=state["commit"])
                 write_json(Path(REUSE_FILE), reused)
             else:
                 stage.run(cfg, task)
+
+
+def fill_only() -> bool:
+    """``hydra.callbacks.reuse.fill=true``: the jobs train (or find) each task's model in the stage
+    cache and stop there, so that trainings run while the code of the later stages still changes.
+    The sweep then writes no aggregate (``~hydra.callbacks.aggregate``)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return False
+    node = HydraConfig.get().callbacks.get("reuse")
+    if node is not None and node.get("fill") and HydraConfig.get().callbacks.get("aggregate") is not None:
+        raise ValueError("hydra.callbacks.reuse.fill=true stops after training: add ~hydra.callbacks.aggregate")
+    return bool(node and node.get("fill"))
 
 
 def train_cache() -> Path | None:
@@ -204,8 +218,8 @@ class ReuseTraining(Callback):
     """``hydra.callbacks.reuse``: sweep jobs take trainings of identical inputs from the stage cache
     ``cache`` (see the module docstring); the job reads the node, this says where it is."""
 
-    def __init__(self, cache: str = ".cache/train") -> None:
-        self.cache = cache
+    def __init__(self, cache: str = ".cache/train", fill: bool = False) -> None:
+        self.cache, self.fill = cache, fill
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         print(f"sweep: trainings of identical inputs are taken from {to_absolute_path(self.cache)}")

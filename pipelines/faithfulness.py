@@ -1,10 +1,11 @@
-"""Stage ``faithfulness@TASK``: perturbation tests of every method and agreement between methods."""
+"""Stage ``faithfulness@TASK``: perturbation tests of every method and agreement between methods; a task
+whose rows rule is not "cls" has its task-row methods scored at the CLS row too (``<method>_at_cls``)."""
 
 from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from attnflow.attribution.faithfulness import faithfulness_with_comparators
+from attnflow.attribution.faithfulness_rows import faithfulness_both_rows
 from attnflow.attribution.samples import study_options
 from attnflow.devices import resolve_device
 from attnflow.explanation_file import load_study_maps
@@ -17,16 +18,20 @@ from pipelines import _config, _stage
 
 def run(cfg: DictConfig, task: str) -> None:
     paths, opts, methods = _stage.paths(cfg), cfg.faithfulness, list(cfg.explain.methods)
+    rows = cfg.task[task].rows  # not "cls": the task-row methods are read at the CLS row too
     inputs = [paths.samples(task), paths.maps(task), paths.importance(task), paths.model(task)]
+    inputs += [paths.attentions(task)] if rows != "cls" else []  # the CLS-row maps' source
     with _stage.stage_run(cfg, "faithfulness", task, inputs=inputs) as mlrun:
         samples = read_parquet(paths.samples(task))
         ids, against = samples["sample_id"], str(paths.samples(task))  # joined on sample_id
         device = resolve_device(cfg.trainer.device)
         model, encoder = load_classifier(paths.model(task), device=device)
-        result, cost = faithfulness_with_comparators(
+        result, cost = faithfulness_both_rows(
             model, encoder, samples["input_ids"].tolist(), load_study_maps(paths.maps(task), ids, against=against),
             load_aligned(paths.importance(task), ids, against=against), methods=methods, sample_ids=ids,
-            task_rows=cfg.task[task].rows, keep_positions=get_task(task).special_positions,
+            task_rows=rows, keep_positions=get_task(task).special_positions,
+            load_attentions=lambda: load_aligned(paths.attentions(task), ids, against=against)["attn"],
+            residual=cfg.explain.residual, heads=cfg.explain.heads,
             importance_options=study_options(_config.to_dict(cfg.attribution), cfg.task[task], encoder),
             n_samples=cfg.task[task].faithfulness.n_samples, layers=list(opts.layers), seed=cfg.seed,
             top_k=opts.top_k, n_boot=opts.n_boot, batch_size=opts.batch_size, device=device, progress=True,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import pandas as pd
 from omegaconf import DictConfig
 
 from attnflow.report import build_report
 from attnflow.report.inputs import check_inputs, input_paths
 from attnflow.sweep import code_state
-from pipelines import _config, _stage
+from pipelines import _config, _stage, stage_times
 
 
 def run(cfg: DictConfig) -> None:
@@ -22,6 +23,7 @@ def run(cfg: DictConfig) -> None:
             config=_config.to_dict(cfg),
             code=code_state(_config.ROOT),
             strict=True,
+            stages=stage_runs(cfg),
         )
         mlrun.log_metrics(report.cells)  # "<task>/corr/<importance>/<method>/L<k>" (step = layer), ...
         # the parent has the cells from the task stages; it gets the deltas to the paper and the report
@@ -29,6 +31,16 @@ def run(cfg: DictConfig) -> None:
         for path in report.files:
             if path.suffix in (".md", ".html"):
                 mlrun.log_artifact(path, parent=True)
+
+
+def stage_runs(cfg: DictConfig) -> pd.DataFrame | None:
+    """The stages' runs of this config with whether their code is this checkout's; None untracked."""
+    if not cfg.tracking.enabled:
+        return None
+    try:
+        return stage_times.stage_code(cfg)
+    except ValueError:  # no experiment yet: nothing ran tracked
+        return None
 
 
 if __name__ == "__main__":

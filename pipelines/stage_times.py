@@ -14,37 +14,42 @@ from __future__ import annotations
 import argparse
 import sys
 
+import pandas as pd
 import yaml
+from omegaconf import DictConfig
 
 from attnflow.io import write_text
 from attnflow.paths import StudyPaths
 from attnflow.report.glance import refresh
-from attnflow.report.stage_times import MARKERS, from_store, markdown, read_table
+from attnflow.report.stage_times import MARKERS, from_store, markdown, read_table, with_code
+from attnflow.sweep import code_state
 from attnflow.tracking import config_hash, tracking_uri
-from pipelines import _config
+from pipelines import _config, dvc_deps
 
 CSV = StudyPaths.from_config(_config.load(_config.ROOT / _config.PARAMS).paths, root=_config.ROOT).stage_times
 DOC = _config.ROOT / "docs" / "results.md"
 
 
+def stage_code(cfg: DictConfig) -> pd.DataFrame:
+    """Every stage's latest run of this config in the MLflow store, with whether its declared code
+    is the checkout's (`with_code`); ValueError when the store has no such experiment."""
+    order = list(yaml.safe_load((_config.ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"])
+    uri, cfg_hash = tracking_uri(cfg.tracking.uri), config_hash(_config.to_dict(cfg))
+    table = from_store(uri, cfg.tracking.experiment, cfg_hash, order)
+    head = code_state(_config.ROOT)["commit"] or ""
+    return with_code(table, _config.ROOT, lambda stage: dvc_deps.stage_deps(stage, []), head)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when the docs table is stale")
-    args = parser.parse_args()
-    if not args.check:
-        cfg = _config.load(_config.ROOT / _config.PARAMS)
-        order = list(yaml.safe_load((_config.ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"])
+    if not parser.parse_args().check:
         try:
-            table = from_store(
-                tracking_uri(cfg.tracking.uri),
-                cfg.tracking.experiment,
-                config_hash(_config.to_dict(cfg)),
-                order,
-            )
+            table = stage_code(_config.load(_config.ROOT / _config.PARAMS))
         except ValueError as exc:
             sys.exit(f"error: {exc}")
         write_text(CSV, table.to_csv(index=False))
-    return refresh(DOC, markdown(read_table(CSV)), check=args.check, what="the stage-time table",
+    return refresh(DOC, markdown(read_table(CSV)), check=parser.parse_args().check, what="the stage-time table",
                    command="python -m pipelines.stage_times", markers=MARKERS)  # fmt: skip
 
 

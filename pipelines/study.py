@@ -118,16 +118,24 @@ def run(cfg: DictConfig) -> None:
 
 def fill_only() -> bool:
     """``hydra.callbacks.reuse.fill=true``: the jobs train (or find) each task's model in the stage
-    cache and stop there, so that trainings run while the code of the later stages still changes.
-    The sweep then writes no aggregate (``~hydra.callbacks.aggregate``)."""
+    cache and stop there, so that trainings run while the code of the later stages still changes
+    (:func:`fill_requested`)."""
     from hydra.core.hydra_config import HydraConfig
 
-    if not HydraConfig.initialized():
+    return HydraConfig.initialized() and fill_requested(HydraConfig.get().callbacks)
+
+
+def fill_requested(callbacks: Any) -> bool:
+    """Whether the sweep's callbacks ask for a cache fill; a fill that would still aggregate (and
+    so fail on jobs without results) is refused in one line naming the override to add."""
+    reuse = callbacks.get("reuse") if callbacks else None
+    if not (reuse and reuse.get("fill")):
         return False
-    node = HydraConfig.get().callbacks.get("reuse")
-    if node is not None and node.get("fill") and HydraConfig.get().callbacks.get("aggregate") is not None:
-        raise ValueError("hydra.callbacks.reuse.fill=true stops after training: add ~hydra.callbacks.aggregate")
-    return bool(node and node.get("fill"))
+    if callbacks.get("aggregate") is not None:
+        raise ValueError(
+            "hydra.callbacks.reuse.fill=true stops after training: add ~hydra.callbacks.aggregate"
+        )
+    return True
 
 
 def train_cache() -> Path | None:

@@ -36,6 +36,7 @@ __all__ = [
     "NothingToAggregate",
     "SweepJobs",
     "aggregate_files",
+    "changed_since",
     "code_state",
     "code_state_at",
     "failures",
@@ -120,6 +121,16 @@ def code_state_at(root: str | Path, commit: str, dirs: Sequence[str] = CODE_DIRS
             h.update(hashlib.sha256(done.stdout).digest())
         code[folder] = h.hexdigest()[:16]
     return {"commit": full.strip(), "dirty": False, "code": code}
+
+
+def changed_since(root: str | Path, commit: str, files: Sequence[str]) -> list[str] | None:
+    """The paths among ``files`` whose content differs between ``commit`` and the working tree
+    (``git diff --name-only COMMIT -- FILES``; folders cover the files under them); None when git
+    cannot tell (no repository, an unknown commit). Empty: the code those files make up is the same."""
+    if not commit or not files:
+        return None if not commit else []
+    out = _git(Path(root), "diff", "--name-only", commit.split("+")[0], "--", *files)
+    return None if out is None else sorted(line for line in out.splitlines() if line)
 
 
 def mixed_code(states: Mapping[str, Mapping[str, Any] | None]) -> list[str]:

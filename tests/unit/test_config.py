@@ -128,11 +128,13 @@ def test_ranking_cls_against_blank_out_needs_cls_blanked():
     assert (cfg.attribution.blank_positions, cfg.correlate.include_cls.blank_out) == ("skip_cls", False)
 
 
-def test_default_protocol_is_the_notebook_that_printed_tables_1_2():
+def test_default_protocol_is_the_notebook_that_printed_tables_1_2_on_the_papers_stated_sample():
     cfg = _config.compose([])
     assert cfg.task.agreement.model.append_eos is True
-    assert (cfg.task.agreement.capture.split, cfg.task.agreement.capture.n_samples) == ("val", 100)
-    assert cfg.task.agreement.capture.select == "first"
+    capture = cfg.task.agreement.capture
+    assert (capture.split, capture.n_samples, capture.select) == ("test", 2000, "random")  # the captions
+    notebook = _config.compose(["+switch=notebook_sample"]).task.agreement.capture
+    assert (notebook.split, notebook.n_samples, notebook.select) == ("val", 100, "first")  # cells 3-10
     assert (cfg.attribution.blank_positions, cfg.attribution.blank_token, cfg.attribution.mask_blank) == (
         "all",
         "unk",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from attnflow.metrics.antecedents import antecedent_score, outranks, outranks_by_layer
@@ -56,6 +57,28 @@ def test_spans_name_the_head_words_and_the_pronouns_match_gender_and_kind():
             == (FAMILIES[it.family].referent == "A")
         )
         assert not it.text.endswith(" ") and it.text[0].isupper()
+
+
+def test_sentences_come_in_minimal_pairs_with_the_antecedents_swapped():
+    items = pronoun_sentences(24, seed=2)
+    for a, b in zip(items[0::2], items[1::2], strict=True):
+        assert (a.pair, b.pair, a.order, b.order) == (a.sentence_id // 2, a.sentence_id // 2, "mf", "fm")
+        assert (a.family, a.template, a.referent_first) == (b.family, b.template, b.referent_first)
+        # the same two antecedents, swapped: the referent keeps its slot and changes gender
+        assert (a.referent, a.distractor) == (b.distractor, b.referent)
+        assert {a.referent_gender, b.referent_gender} == {"m", "f"} and a.right == b.wrong
+        # both names or both nouns, so the two slots hold the same number of words
+        assert len(a.referent.split()) == len(a.distractor.split())
+        # the male antecedent comes first in "mf"
+        first_a = a.referent if a.referent_first else a.distractor
+        assert (first_a == a.referent) == (a.referent_gender == "m")
+
+
+def test_an_odd_number_of_sentences_is_refused():
+    with pytest.raises(ValueError, match=r"must be even and >= 2 \(minimal pairs.*got n=7"):
+        pronoun_sentences(7)
+    with pytest.raises(ValueError, match="got n=0"):
+        pronoun_sentences(0)
 
 
 def test_unknown_family_is_refused_with_its_name():
@@ -156,10 +179,16 @@ def test_study_scores_every_method_layer_and_reduction(tiny_study):
     s = study.scores
     assert len(study.sentences) == len(items) == len(study.maps)
     per_sentence = s.groupby("sentence_id").size()
-    # raw, rollout, flow: 2 layers each; attnlrp and IG: one row; times 3 reductions
-    assert (per_sentence == (3 * 2 + 2) * 3).all()
-    assert set(s["referent"]) <= {0.0, 0.5, 1.0}
-    assert s.loc[s["method"].isin(["attnlrp", "integrated_gradients"]), "layer"].isna().all()
+    # raw, rollout, flow: 2 layers each, plain and corrected; attnlrp and IG: one row; times 3 reductions
+    assert (per_sentence == (3 * 2 * 2 + 2) * 3).all()
+    for measure in ("referent", "model_choice", "causal", "first"):
+        assert set(s[measure]) <= {0.0, 0.5, 1.0}
+    model_level = s["method"].isin(["attnlrp", "integrated_gradients"])
+    assert s.loc[model_level, "layer"].isna().all() and (s.loc[model_level, "variant"] == "plain").all()
+    assert s.groupby("variant")["method"].unique().map(sorted).to_dict() == {
+        "corrected": ["flow", "raw", "rollout"],
+        "plain": ["attnlrp", "flow", "integrated_gradients", "raw", "rollout"],
+    }
 
 
 def test_study_spans_are_the_antecedents_tokens_and_skip_the_prefix(tiny_study):
@@ -213,9 +242,16 @@ def test_summary_and_shares_carry_bootstrap_intervals(tiny_study):
     for method in ("raw", "rollout", "flow", "attnlrp", "integrated_gradients"):
         cell = summary["referent"][method]
         assert cell["ci_low"] <= cell["mean"] <= cell["ci_high"] and cell["n"] == 6
+    for method in ("raw", "rollout", "flow"):  # the corrected variant: the attention maps only
+        cell = summary["corrected"]["causal"][method]
+        assert cell["ci_low"] <= cell["mean"] <= cell["ci_high"] and cell["n"] == 6
+    assert set(summary["corrected"]["referent"]) == {"raw", "rollout", "flow"}
+    assert summary["chance"] == 0.5 and summary["blank"] == "[PAD]" and summary["causal_referent"]["n"] == 6
     shares = study.shares(n_boot=20)
-    assert set(shares["measure"]) == {"referent", "model_choice", "first"}
-    assert len(shares) == 3 * (3 * 2 + 2) * 3  # measures x (method, layer) cells x reductions
+    assert set(shares["measure"]) == {"referent", "model_choice", "causal", "first"}
+    assert (shares["chance"] == 0.5).all()
+    # measures x (method, variant, layer) cells x reductions
+    assert len(shares) == 4 * (3 * 2 * 2 + 2) * 3
 
 
 def test_unknown_method_is_refused(tiny_study):
@@ -266,3 +302,54 @@ def test_study_batches_give_each_sentence_its_own_maps(tiny_study):
         assert a.keys() == b.keys()
         for method in a:
             np.testing.assert_allclose(a[method], b[method], rtol=1e-4, atol=1e-6, err_msg=method)
+
+
+def test_corrected_rows_are_the_sink_and_receptive_field_corrected_rollout(tiny_study):
+    # the "corrected" variant: sinks handled ("auto") and receptive_field="uniform", as
+    # attnflow.explain.causal_rollout computes them from the model's attentions
+    from attnflow.explain import causal_rollout
+    from attnflow.hf import forward_attentions
+
+    items, tok, model, study = tiny_study
+    for k in (0, 3):
+        enc = tok("<s>" + items[k].text, return_tensors="pt")
+        attn = forward_attentions(model, dict(enc)).attentions[0].double().numpy()  # (L, H, T, T)
+        expected = causal_rollout(attn, residual=0.5, sinks="auto", receptive_field="uniform")[:, -1]
+        np.testing.assert_allclose(study.maps[k]["rollout/corrected"], expected, atol=1e-6)
+        assert not np.allclose(study.maps[k]["rollout/corrected"], study.maps[k]["rollout"])
+
+
+def test_causal_measure_follows_the_causal_choice_and_the_margin_the_preferred_pronoun(tiny_study):
+    _, _, _, study = tiny_study
+    s = study.sentences
+    assert {
+        "pair",
+        "order",
+        "preferred",
+        "margin",
+        "effect_referent",
+        "effect_distractor",
+        "causal_choice",
+    } <= set(s)
+    np.testing.assert_array_equal(s["preferred"], np.where(s["correct"], s["right"], s["wrong"]))
+    # the reference's own forward: margin = |logit right - logit wrong| of the explained forward
+    np.testing.assert_allclose(s["margin"], (s["logit_right"] - s["logit_wrong"]).abs(), atol=1e-4)
+    choice = np.where(s["effect_referent"] > s["effect_distractor"], "referent", "distractor")
+    np.testing.assert_array_equal(s["causal_choice"], choice)
+    t = study.scores.merge(s[["sentence_id", "causal_choice"]], on="sentence_id")
+    expected = np.where(t["causal_choice"] == "referent", t["referent"], 1 - t["referent"])
+    np.testing.assert_array_equal(t["causal"], expected)
+
+
+def test_tables_score_each_variant_and_give_the_causal_measure_one_half_on_a_tie():
+    from attnflow.pronouns import pronoun_tables
+
+    sentences = pd.DataFrame([{"sentence_id": 0, "referent_tokens": [1], "distractor_tokens": [2], "correct": True,
+                               "referent_first": False, "causal_choice": "tie"}])  # fmt: skip
+    maps = [{"rollout": np.array([[0.2, 0.5, 0.3]]), "rollout/corrected": np.array([[0.2, 0.3, 0.5]])}]
+    t = pronoun_tables(sentences, maps).query("reduce == 'max'").set_index("variant")
+    measures = ["referent", "model_choice", "first", "causal"]
+    # plain: the referent (0.5) beats the distractor (0.3): h = 1, the model agrees (correct), the
+    # referent is second (first = 1 - h = 0), the causal reference has no side (1/2 either way)
+    assert t.loc["plain", measures].tolist() == [1.0, 1.0, 0.0, 0.5]
+    assert t.loc["corrected", measures].tolist() == [0.0, 0.0, 1.0, 0.5]  # h = 0: the other way round

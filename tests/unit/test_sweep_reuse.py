@@ -89,3 +89,26 @@ def test_the_key_covers_the_code_dvc_yaml_lists_for_training(job, monkeypatch):
 
     assert set(seen["inputs"]) == {*dvc_deps.stage_deps("train", []), "prepared"}
     assert set(seen["params"]) == {"seed", "trainer", "task.agreement.model", "task.agreement.train"}
+
+
+def test_a_fill_job_stops_after_training_and_stores_it(job, monkeypatch):
+    make, runs, cache = job
+    ran = []
+    for stage in study.TASK_STAGES:
+        if stage is not study.train:
+            monkeypatch.setattr(stage, "run", lambda cfg, task, name=stage.__name__: ran.append(name))
+    monkeypatch.setattr(study, "train_cache", lambda: cache)
+    monkeypatch.setattr(study, "fill_only", lambda: True)
+    cfg = make("0")
+    cfg.tasks = ["agreement"]
+    study.run(cfg)
+    assert runs == [("agreement", 0)]
+    assert ran == ["pipelines.download", "pipelines.prepare"]  # nothing after train
+    assert study.train_or_reuse(make("1"), "agreement", cache, commit="c1")["reused"] is True
+
+
+def test_a_fill_that_would_aggregate_is_refused_naming_the_override():
+    assert study.fill_requested({"reuse": {"fill": False}, "aggregate": {}}) is False
+    assert study.fill_requested({"reuse": {"fill": True}}) is True
+    with pytest.raises(ValueError, match=r"~hydra.callbacks.aggregate"):
+        study.fill_requested({"reuse": {"fill": True}, "aggregate": {"into": "sweep"}})

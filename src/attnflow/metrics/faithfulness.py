@@ -3,13 +3,33 @@
 Curves come from ``attnflow.attribution.perturbation_curve`` (arrays ``clean_prob`` (N,),
 ``prob`` (N, J), ``k`` (N, J), ``fractions`` (J,)). Every function returns one value per sample,
 nan where undefined; average with ``summarize`` (pass ``values[:, None]``).
+
+The tables' ``rows`` column says which query row of an attention map each ranking read
+(:func:`row_rule`): the task's rule (``task.<name>.rows``: "cls", "max", "mean") for the methods
+that read it, "cls" for the class-specific ones, and "cls" for ``<method>_at_cls``, a task-row method
+read at the CLS row (scored beside it when the task's rule is not "cls"); "output" for scores of
+the model's prediction (blank-out, gradients: no attention row), "none" for the random floor.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
-__all__ = ["HIGHER_IS_BETTER", "RANDOM", "aopc_comprehensiveness", "aopc_sufficiency", "perturbation_auc"]
+__all__ = [
+    "AT_CLS",
+    "HIGHER_IS_BETTER",
+    "NO_ROW",
+    "OUTPUT",
+    "RANDOM",
+    "aopc_comprehensiveness",
+    "aopc_sufficiency",
+    "at_cls",
+    "base_method",
+    "perturbation_auc",
+    "row_rule",
+]
 
 # The study's per-sample faithfulness scores, and whether a higher value means a more faithful ranking
 HIGHER_IS_BETTER = {
@@ -21,6 +41,44 @@ HIGHER_IS_BETTER = {
     "auc_negative_accuracy": True,
 }
 RANDOM = "random"  # the name of the seeded random ranking (the floor)
+AT_CLS = (
+    "_at_cls"  # suffix of a task-row method read at the CLS row: "flow_at_cls" (no "@": MLflow refuses it)
+)
+OUTPUT = "output"  # the rows of a score of the prediction (blank-out, gradients): no attention row
+NO_ROW = "none"  # the rows of the random floor
+
+
+def at_cls(method: str) -> str:
+    """The label of ``method`` read at the CLS row.
+
+    >>> at_cls("flow")
+    'flow_at_cls'
+    """
+    return f"{method}{AT_CLS}"
+
+
+def base_method(label: str) -> str:
+    """The method of a label: ``flow_at_cls`` -> ``flow``; any other label is its own method."""
+    return label.removesuffix(AT_CLS)
+
+
+def row_rule(label: str, *, task_rows: str, map_rows: Mapping[str, str]) -> str:
+    """The query row the ranking ``label`` read, for a task whose rule is ``task_rows``.
+
+    ``map_rows``: each attention method's own setting, its record's ``rows`` ("task": the task's
+    rule; "classification": the CLS row, where the classifier reads). ``<method>_at_cls`` of an
+    attention method: "cls"; a label that is no attention method: ``OUTPUT`` (a score of the
+    prediction), or ``NO_ROW`` for the random floor.
+
+    >>> rules = {"flow": "task", "chefer": "classification"}
+    >>> [row_rule(m, task_rows="max", map_rows=rules) for m in ("flow", "flow_at_cls", "chefer", "blank_out", "random")]
+    ['max', 'cls', 'cls', 'output', 'none']
+    """
+    if label in map_rows:
+        return task_rows if map_rows[label] == "task" else "cls"
+    if label.endswith(AT_CLS) and base_method(label) in map_rows:
+        return "cls"
+    return NO_ROW if label == RANDOM else OUTPUT
 
 
 def aopc_comprehensiveness(

@@ -197,14 +197,35 @@ def _low_everywhere(method: str, ceiling: float) -> Callable:
     return values
 
 
-def _consistent(method: str, variant: str) -> Callable:
-    """Per sentence: 1 when the method's scores at the last layer favour the antecedent of the
-    pronoun the model itself prefers (``model_choice``), else 0; chance 0.5."""
+def _consistent(method: str, variant: str, measure: str = "model_choice") -> Callable:
+    """Per sentence: 1 when the method's scores at the last layer favour the reference antecedent
+    of ``measure`` (``model_choice``: the antecedent of the pronoun the model prefers; ``causal``: the
+    one whose blanking moves the model's pronoun margin more), 0.5 on a tie, else 0; chance 0.5."""
 
     def values(frame: pd.DataFrame) -> pd.DataFrame:
+        if measure not in frame:
+            return _tidy(pd.Series(dtype=np.float64))
         rows = frame[(frame["method"] == method) & (frame["variant"] == variant)]
         rows = rows[rows["layer"] == rows["layer"].max()]
-        return _tidy(rows.groupby(["seed", "sentence"])["model_choice"].mean())
+        return _tidy(rows.groupby(["seed", "sentence"])[measure].mean())
+
+    return values
+
+
+def _same_choice(variant: str) -> Callable:
+    """Per sentence: 1 when rollout and flow (last layer) favour the same antecedent, else 0 (a tie
+    in either counts one half); two independent coin flips agree half the time."""
+
+    def values(frame: pd.DataFrame) -> pd.DataFrame:
+        rows = frame[frame["variant"] == variant]
+        rows = rows[rows["layer"] == rows["layer"].max()]
+        wide = rows.pivot_table(
+            index=["seed", "sentence"], columns="method", values="referent", aggfunc="mean"
+        )
+        if not {"rollout", "flow"} <= set(wide.columns):
+            return _tidy(pd.Series(dtype=np.float64))
+        a, b = wide["rollout"], wide["flow"]
+        return _tidy(a * b + (1 - a) * (1 - b))
 
     return values
 
@@ -302,6 +323,35 @@ PAPER_CLAIMS: tuple[PaperClaim, ...] = (
         )
         for variant in ("plain", "corrected")
         for method in ("rollout", "flow")
+    ),
+    *(
+        PaperClaim(
+            f"figure4_{method}_causal/{variant}",
+            "§4, Figure 4 (causal reference)",
+            "attention rollout and attention flow are consistent with ... the prediction of the model",
+            f"share of sentences where {method} (last layer, {variant}) favours the antecedent whose blanking "
+            "lowers the model's pronoun margin more; chance 0.5",
+            "pronouns",
+            "pronouns",
+            _consistent(method, variant, "causal"),
+            null=0.5,
+        )
+        for variant in ("plain", "corrected")
+        for method in ("rollout", "flow")
+    ),
+    *(
+        PaperClaim(
+            f"figure4_rollout_flow_agree/{variant}",
+            "§4, Figure 4",
+            "attention rollout and attention flow are consistent with each other",
+            f"share of sentences where rollout and flow (last layer, {variant}) favour the same antecedent; "
+            "chance 0.5",
+            "pronouns",
+            "pronouns",
+            _same_choice(variant),
+            null=0.5,
+        )
+        for variant in ("plain", "corrected")
     ),
 )
 

@@ -19,15 +19,30 @@ possessive_second   A watched B brush ...                       B          one b
 ==================  ==========================================  =========  ==============================
 
 The first four are fixed by syntax (binding), the last two by what the verb does (pragmatics).
-Half the families put the referent first, half second, and within a family the referent is male
-and female equally often, so a method (or model) that always picks the first-mentioned
-antecedent, or always the male one, scores 0.5. Pure Python: no torch, no tokenizer.
+
+**Minimal pairs.** The sentences come in pairs: one template, one male and one female antecedent
+(both names, or both "the <noun>"), once with the male one first (order "mf") and once with the
+two swapped (its twin, "fm"). The family fixes which slot holds the referent, so within a pair the
+referent stands at the same place and is male once and female once. Half the families put the
+referent first, half second; so a method (or model) that always picks the first-mentioned
+antecedent, or always the male one, scores 0.5 on every measure.
+
+**Fixed positions.** Every name is one token of SmolLM2's tokenizer both at the start of the text
+(right after the BOS prefix) and after a space, and every noun is one token after a space (its
+article is " the" / "The"): the two antecedents of a pair then span the same number of tokens in
+either slot, and a twin's tokens sit at exactly the positions of its partner's, the two
+antecedents' positions swapped. The lists below are the candidates that pass this rule, measured
+with the tokenizer (`tests/unit/test_pronouns_tokens.py` checks it when the converted model is
+there; common words such as Mark, Rose or Grace and names of either gender such as Alex are left
+out). Pure Python: no torch, no tokenizer.
 
 >>> items = pronoun_sentences(12, seed=0)
 >>> len(items), sorted({i.family for i in items}) == sorted(FAMILIES)
 (12, True)
->>> item = items[0]
->>> item.text[slice(*item.referent_span)] == item.referent.split()[-1]
+>>> a, b = items[0], items[1]  # a minimal pair: the antecedents swapped
+>>> (a.pair, a.order), (b.pair, b.order), (a.referent, a.distractor) == (b.distractor, b.referent)
+((0, 'mf'), (0, 'fm'), True)
+>>> a.text[slice(*a.referent_span)] == a.referent.split()[-1]
 True
 """
 
@@ -42,6 +57,7 @@ __all__ = [
     "FEMALE_NAMES",
     "GENDERED_NOUNS",
     "MALE_NAMES",
+    "ORDERS",
     "PRONOUNS",
     "Family",
     "PronounItem",
@@ -57,40 +73,16 @@ PRONOUNS: dict[str, tuple[str, str]] = {
     "possessive": (" his", " her"),
 }
 
-MALE_NAMES = (
-    "John",
-    "David",
-    "Michael",
-    "Robert",
-    "James",
-    "Thomas",
-    "Peter",
-    "Paul",
-    "Mark",
-    "George",
-    "Daniel",
-    "Henry",
-)
-FEMALE_NAMES = (
-    "Mary",
-    "Susan",
-    "Linda",
-    "Sarah",
-    "Emma",
-    "Anna",
-    "Laura",
-    "Julia",
-    "Alice",
-    "Helen",
-    "Emily",
-    "Grace",
-)
-# (male, female) nouns of the same profession or relation; used as "the <noun>"
+# One token at the start of the text and after a space (the module docstring's rule), one gender only.
+MALE_NAMES = ("John", "David", "Michael", "Robert", "James", "Thomas", "Peter", "Paul", "George", "Daniel")
+FEMALE_NAMES = ("Mary", "Sarah", "Anna", "Alice", "Emily", "Jane", "Maria", "Elizabeth", "Lily", "Anne")
+# (male, female) nouns of the same profession or relation, used as "the <noun>"; one token after a space
 GENDERED_NOUNS = (
-    ("king", "queen"), ("actor", "actress"), ("waiter", "waitress"), ("father", "mother"),
-    ("uncle", "aunt"), ("boy", "girl"), ("policeman", "policewoman"), ("husband", "wife"),
-    ("prince", "princess"), ("monk", "nun"), ("grandfather", "grandmother"), ("businessman", "businesswoman"),
+    ("king", "queen"), ("actor", "actress"), ("father", "mother"), ("uncle", "aunt"), ("boy", "girl"),
+    ("husband", "wife"), ("prince", "princess"), ("monk", "nun"), ("grandfather", "grandmother"),
+    ("son", "daughter"), ("brother", "sister"), ("gentleman", "lady"),
 )  # fmt: skip
+ORDERS = ("mf", "fm")  # a pair's two sentences: the male antecedent first, then the female one first
 
 
 @dataclass(frozen=True)
@@ -138,9 +130,12 @@ FAMILIES: dict[str, Family] = {
 @dataclass(frozen=True)
 class PronounItem:
     """One sentence: `text` ends right before the pronoun; spans are character ranges in `text`
-    of the antecedents' head words (a name, or the noun without its article)."""
+    of the antecedents' head words (a name, or the noun without its article). `pair`: the minimal
+    pair it belongs to; `order`: "mf" (the male antecedent first) or "fm" (its twin, swapped)."""
 
     sentence_id: int
+    pair: int
+    order: str  # one of ORDERS
     family: str
     template: str
     text: str
@@ -154,13 +149,11 @@ class PronounItem:
     wrong: str  # the distractor's
 
 
-def _antecedent(rng: random.Random, gender: str, noun: bool) -> tuple[str, str]:
-    """(surface form, head word) of one antecedent of `gender`."""
-    if noun:
-        word = rng.choice(GENDERED_NOUNS)[gender == "f"]
-        return f"the {word}", word
-    word = rng.choice(FEMALE_NAMES if gender == "f" else MALE_NAMES)
-    return word, word
+def _antecedents(rng: random.Random) -> tuple[str, str]:
+    """(male, female) surface forms of a pair's antecedents: two names, or two "the <noun>" (p = 1/2)."""
+    if rng.random() < 0.5:
+        return f"the {rng.choice(GENDERED_NOUNS)[0]}", f"the {rng.choice(GENDERED_NOUNS)[1]}"
+    return rng.choice(MALE_NAMES), rng.choice(FEMALE_NAMES)
 
 
 def _fill(template: str, a: str, b: str) -> tuple[str, tuple[int, int], tuple[int, int]]:
@@ -176,49 +169,56 @@ def _fill(template: str, a: str, b: str) -> tuple[str, tuple[int, int], tuple[in
     return text, (start_a, start_a + len(head_a)), (start_b, start_b + len(head_b))
 
 
-def pronoun_sentences(n: int, *, seed: int = 0, families: Sequence[str] | None = None) -> list[PronounItem]:
-    """`n` distinct sentences, the families in turn, the referent's gender alternating within each.
+def _item(i: int, pair: int, order: str, fam: Family, template: str, male: str, female: str) -> PronounItem:
+    """Sentence `i`: `fam`'s `template` with the male antecedent in slot A (order "mf") or in B ("fm")."""
+    a, b = (male, female) if order == "mf" else (female, male)
+    text, span_a, span_b = _fill(template, a, b)
+    first = fam.referent == "A"
+    gender = "m" if (order == "mf") == first else "f"  # the referent's: A is male exactly in "mf"
+    m, f = PRONOUNS[fam.kind]
+    return PronounItem(
+        sentence_id=i, pair=pair, order=order, family=fam.name, template=template, text=text,
+        referent=a if first else b, distractor=b if first else a,
+        referent_span=span_a if first else span_b, distractor_span=span_b if first else span_a,
+        referent_first=first, referent_gender=gender,
+        right=m if gender == "m" else f, wrong=f if gender == "m" else m,
+    )  # fmt: skip
 
-    Sentence i belongs to family i mod F; its referent is male when (i // F) is even. Template,
-    names / nouns (each antecedent a name or a gendered noun with probability 1/2) are drawn from
-    ``random.Random(seed)``; a repeated text is drawn again. Deterministic in (n, seed, families).
+
+def pronoun_sentences(n: int, *, seed: int = 0, families: Sequence[str] | None = None) -> list[PronounItem]:
+    """`n` distinct sentences in n/2 minimal pairs, the families in turn (pair p: family p mod F).
+
+    Pair p is sentences 2p (order "mf": the male antecedent first) and 2p+1 (its twin, "fm": the two
+    swapped); both share the template and the two antecedents, one male and one female, both names
+    or both gendered nouns (probability 1/2), drawn from ``random.Random(seed)``. Within a pair the
+    referent keeps its slot and changes gender. A pair that repeats an earlier text is drawn again.
+    Deterministic in (n, seed, families). ValueError when n is odd: every sentence needs its twin.
     """
     names = list(FAMILIES) if families is None else list(families)
     if unknown := [f for f in names if f not in FAMILIES]:
         raise ValueError(f"unknown pronoun famil(ies) {unknown}; choose from {', '.join(FAMILIES)}")
-    if n < 1 or not names:
-        raise ValueError(f"need n >= 1 and at least one family, got n={n}, families={names}")
+    if not names:
+        raise ValueError("need at least one family, got none")
+    if n < 2 or n % 2:
+        raise ValueError(
+            f"the number of pronoun sentences must be even and >= 2 (minimal pairs: each sentence comes "
+            f"with its twin, the antecedents swapped), got n={n}"
+        )
     rng = random.Random(seed)
     items: list[PronounItem] = []
     seen: set[str] = set()
-    for i in range(n):
-        fam = FAMILIES[names[i % len(names)]]
-        gender = "m" if (i // len(names)) % 2 == 0 else "f"
-        other = "f" if gender == "m" else "m"
+    for pair in range(n // 2):
+        fam = FAMILIES[names[pair % len(names)]]
         for _ in range(1000):
             template = rng.choice(fam.templates)
-            ref, dis = (
-                _antecedent(rng, gender, rng.random() < 0.5),
-                _antecedent(rng, other, rng.random() < 0.5),
-            )
-            a, b = (ref, dis) if fam.referent == "A" else (dis, ref)
-            text, span_a, span_b = _fill(template, a[0], b[0])
-            if text not in seen:
+            male, female = _antecedents(rng)
+            twins = [_item(2 * pair + k, pair, o, fam, template, male, female) for k, o in enumerate(ORDERS)]
+            if not seen & {t.text for t in twins}:
                 break
         else:  # pragma: no cover - the template space is far larger than any n asked for
-            raise ValueError(f"cannot draw {n} distinct sentences from family {fam.name}")
-        seen.add(text)
-        first = fam.referent == "A"
-        male, female = PRONOUNS[fam.kind]
-        items.append(
-            PronounItem(
-                sentence_id=i, family=fam.name, template=template, text=text,
-                referent=ref[0], distractor=dis[0],
-                referent_span=span_a if first else span_b, distractor_span=span_b if first else span_a,
-                referent_first=first, referent_gender=gender,
-                right=male if gender == "m" else female, wrong=female if gender == "m" else male,
-            )
-        )  # fmt: skip
+            raise ValueError(f"cannot draw {n // 2} distinct pairs from family {fam.name}")
+        seen |= {t.text for t in twins}
+        items += twins
     return items
 
 

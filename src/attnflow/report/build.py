@@ -17,13 +17,13 @@ from typing import Any
 
 import pandas as pd
 
-from attnflow.io import ArtifactError, json_text, load_artifact, read_json, write_together
+from attnflow.io import ArtifactError, json_text, read_json, write_together
 from attnflow.paths import StudyPaths
 
 from .context import FIGURES, Context
 from .document import render_html, render_markdown
 from .frames import comparison_frame, headline_payload, metric_cells, metrics_payload
-from .inputs import check_inputs, load_task
+from .inputs import check_inputs, load_task, read_sweep_table
 from .sections import SECTIONS, provenance
 
 __all__ = ["Report", "build_report", "read_sweep_table", "with_main_run"]
@@ -42,13 +42,6 @@ class Report:
     cells: dict[str, float]  # MLflow metric name -> value
     files: list[Path] = field(default_factory=list)
     figures: list[Path] = field(default_factory=list)
-
-
-def read_sweep_table(path: Path) -> pd.DataFrame | None:
-    """A sweep's stacked table; None when the file is absent or empty (no sweep finished)."""
-    if not path.is_file() or path.stat().st_size == 0:
-        return None
-    return load_artifact(path, pd.read_csv, what="sweep table")
 
 
 def with_main_run(
@@ -84,6 +77,7 @@ def build_report(
     config: Mapping[str, Any] | None = None,
     code: Mapping[str, Any] | None = None,
     strict: bool = False,
+    stages: pd.DataFrame | None = None,
 ) -> Report:
     """Read the stage outputs of ``tasks``, write the report files under ``paths.reports``.
 
@@ -97,7 +91,9 @@ def build_report(
     beside it and moved in, and the texts swapped in together, at the end. ``strict`` (the report
     stage): a missing input (:func:`.inputs.check_inputs`) or an unreadable one raises
     :class:`attnflow.io.ArtifactError` naming it before anything is written; else the report
-    is made from what exists and lists what is missing.
+    is made from what exists and lists what is missing. ``stages``: the stage runs behind the
+    outputs with their commit and whether their code is this checkout's
+    (:func:`attnflow.report.stage_times.with_code`), for the provenance section.
     """
     if strict:
         check_inputs(tasks, paths)
@@ -108,7 +104,9 @@ def build_report(
     paths.reports.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".figures.", dir=paths.reports))
     try:
-        return _build(inputs, tasks=tasks, paths=paths, config=config, code=code, staging=staging)
+        return _build(
+            inputs, tasks=tasks, paths=paths, config=config, code=code, staging=staging, stages=stages
+        )
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -121,6 +119,7 @@ def _build(
     config: Mapping[str, Any] | None,
     code: Mapping[str, Any] | None,
     staging: Path,
+    stages: pd.DataFrame | None = None,
 ) -> Report:
     """:func:`build_report` once the inputs are read: figures drawn into ``staging``, every file
     swapped into place only after the last one is made."""
@@ -149,6 +148,7 @@ def _build(
         recipe_jobs=read_json(paths.recipe_jobs)["jobs"] if paths.recipe_jobs.is_file() else [],
         sweep_jobs=sweep_jobs,
         code=code,
+        stages=stages,
         left_out=skip,
         staging=staging,
         sweep_faithfulness=with_main_run(

@@ -42,6 +42,7 @@ class Context:
     recipe_jobs: list[dict[str, Any]] = field(default_factory=list)  # its jobs.json "jobs"
     sweep_jobs: list[dict[str, Any]] = field(default_factory=list)  # the seed sweep's jobs.json "jobs"
     code: Mapping[str, Any] | None = None  # the code of this run (attnflow.sweep.code_state); None: unknown
+    stages: pd.DataFrame | None = None  # stage runs with their commit and code (stage_times.with_code)
     left_out: dict[int, list[str]] = field(default_factory=dict)  # seed -> why: sweep jobs of other code
     blocks: list[Block] = field(default_factory=list)
     figures: list[Path] = field(default_factory=list)  # where each figure goes: reports/figures/<name>

@@ -17,8 +17,8 @@ import pandas as pd
 from attnflow.io import read_json, write_text
 from attnflow.metrics.ledger import ledger
 from attnflow.paths import StudyPaths
-from attnflow.report.build import read_sweep_table, with_main_run
-from attnflow.report.inputs import load_task, sentence_frames
+from attnflow.report.build import with_main_run
+from attnflow.report.inputs import load_task, read_sweep_table, sentence_frames
 from attnflow.report.paper import PAPER_ACCURACY
 from attnflow.report.sections.claims import TOLERANCE, check_claims, lookup, seed_cells, target_cells
 from attnflow.report.sections.provenance import left_out
@@ -128,13 +128,17 @@ def paragraph(f: dict[str, Any]) -> str:
         return x
 
     text = (
-        f"At a glance (the protocol of the notebook that printed the paper's tables, a 2-core CPU; written by "
+        f"At a glance (the authors' code path on the sample the paper's captions state, a 2-core CPU; written by "
         f"`python -m pipelines.glance` from `reports/`): the agreement student reaches {f['accuracy']:.3f} test "
         f"accuracy at seed {f['seed']}{seeds_text}; paper {f['paper_accuracy']:.2f}. Its learning curve "
         f"({curve} training items) {'rises with the data' if rises else 'does not rise with the data'}. "
         f"As a mean over seeds {f['seeds']}, {f['within']} of the {f['cells']} rollout and flow cells of Tables 1-2 "
-        f"lie within ±{TOLERANCE:.2f} of the paper and {f['claims_hold']} of the paper's {f['claims']} qualitative "
-        f"claims hold (the report's claims section names each)."
+        f"lie within ±{TOLERANCE:.2f} of the paper"
+        + (
+            "."
+            if sum(f.get("ledger", {}).values())
+            else f" and {f['claims_hold']} of the study's {f['claims']} table rules hold (the report's claims section)."
+        )
         + _ledger_text(f.get("ledger", {}))
         + f" Faithfulness on SST-2 ({f['faithfulness_n']} dev "
         f"sentences, AOPC comprehensiveness at the last layer, higher is better): "

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from attnflow.io import ArtifactError, align_ids, load_ragged, read_json, read_parquet
+from attnflow.io import ArtifactError, align_ids, load_artifact, load_ragged, read_json, read_parquet
 from attnflow.methods import map_methods
 from attnflow.paths import StudyPaths
 
@@ -32,17 +32,26 @@ __all__ = [
     "normalize_text",
     "optional_groups",
     "pick_samples",
+    "read_sweep_table",
     "sentence_frames",
 ]
 
 MAP_METHODS = map_methods()  # drawn first, in this order, when present: the records' `figure`
 
 
+def read_sweep_table(path: Path) -> pd.DataFrame | None:
+    """A sweep's stacked table; None when the file is absent or empty (no sweep finished)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return None
+    return load_artifact(path, pd.read_csv, what="sweep table")
+
+
 def sentence_frames(paths: StudyPaths, tasks: Sequence[str], seed: int) -> dict[str, pd.DataFrame]:
     """The per-sentence frames of the claims ledger (:mod:`attnflow.metrics.ledger`), each absent
     when its files are: "correlations" and "entropy" from this run's ``sentences.parquet`` of each
     task (as ``seed``) and a seed sweep's stacked ones; "pronouns" from the pronoun test's scores
-    (its ``variant`` column, or "plain" for a table from before the corrections)."""
+    (its ``variant`` column, or "plain" for a table from before the corrections; the rows of the
+    antecedent reduction the stage reported in its ``summary.json``)."""
     runs = [read_parquet(paths.sentence_correlations(t)).assign(seed=seed) for t in tasks
             if paths.sentence_correlations(t).is_file()]  # fmt: skip
     if paths.sweep_sentences().is_file():
@@ -59,6 +68,9 @@ def sentence_frames(paths: StudyPaths, tasks: Sequence[str], seed: int) -> dict[
         table = read_parquet(scores)
         if "variant" not in table:
             table = table.assign(variant="plain")
+        summary = paths.reports / "pronouns" / "summary.json"
+        if "reduce" in table and summary.is_file():  # the reduction the stage reported (pronouns.reduce)
+            table = table[table["reduce"] == read_json(summary)["reduce"]]
         frames["pronouns"] = table.rename(columns={"sentence_id": "sentence"}).assign(seed=seed)
     return frames
 

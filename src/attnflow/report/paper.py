@@ -22,10 +22,13 @@ import pandas as pd
 
 __all__ = [
     "AUTHORS_CHOICES",
+    "AUTHORS_SPREAD",
     "PAPER_ACCURACY",
+    "PAPER_SST2_MODEL",
     "SOURCE",
     "TABLES",
     "AuthorsChoice",
+    "AuthorsSpread",
     "PaperTable",
     "paper_cell",
     "paper_frame",
@@ -55,6 +58,8 @@ def _row(*pairs: tuple[float, float], layers: tuple[int, ...]) -> dict[int, tupl
 
 _L6 = (1, 2, 3, 4, 5, 6)
 _L3 = (1, 3, 5, 6)
+
+PAPER_SST2_MODEL = "DistilBERT"  # the model of the paper's Table 3 (its caption; §4)
 
 # fmt: off
 TABLES: tuple[PaperTable, ...] = (
@@ -89,7 +94,7 @@ TABLES: tuple[PaperTable, ...] = (
         task="sst2",
         importance="input_gradients",
         caption="SpearmanR correlation of attention-based importance with input gradients, "
-        "DistilBERT fine-tuned on SST-2 (the paper: 100 samples)",
+        f"{PAPER_SST2_MODEL} fine-tuned on SST-2 (the paper: 100 samples)",
         layers=_L3,
         cells={
             "raw": _row((0.12, 0.21), (0.09, 0.21), (0.08, 0.20), (0.09, 0.21), layers=_L3),
@@ -102,6 +107,35 @@ TABLES: tuple[PaperTable, ...] = (
 
 # The model accuracy the paper reports (agreement only; no SST-2 accuracy is given).
 PAPER_ACCURACY: dict[str, float] = {"agreement": 0.96}
+
+
+@dataclass(frozen=True)
+class AuthorsSpread:
+    """How far one published cell moved between the authors' own checkpoints and variants: the
+    range [low, high] of that cell over their runs, and what the same runs showed elsewhere."""
+
+    table: int
+    method: str
+    layer: int
+    low: float
+    high: float
+    elsewhere: str  # what the same runs did to the other tables' cells, in words
+    source: str
+
+
+# The authors' own spread, quoted from shared/REPLICATION.md (a reading of their attention_flow and
+# Reflect repositories): "The blank-out numbers moved a lot between their runs (rollout L6 vs
+# blank-out ranged 0.33-0.65 across checkpoints and variants), while gradient numbers were stable".
+# The yardstick the report's limitations read a miss in a published cell against.
+AUTHORS_SPREAD = AuthorsSpread(
+    table=1,
+    method="rollout",
+    layer=6,
+    low=0.33,
+    high=0.65,
+    elsewhere="their input-gradient numbers were stable across the same runs",
+    source="shared/REPLICATION.md, from the authors' attention_flow and Reflect repositories",
+)
 
 # What the authors' code did, per config switch (from shared/REPLICATION.md), shown beside ours.
 NOTEBOOK = "Reflect d28ddd5 (2020-04-24) notebooks/attention_flow.ipynb"  # printed Tables 1-2

@@ -16,18 +16,30 @@ and ``<!-- /results:stage_times -->`` in ``docs/results.md`` from that file.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-__all__ = ["COLUMNS", "MARKERS", "TRAINING", "from_store", "markdown", "read_table", "stage_times", "totals"]
+__all__ = [
+    "COLUMNS",
+    "MARKERS",
+    "SAME_CODE",
+    "TRAINING",
+    "from_store",
+    "markdown",
+    "read_table",
+    "stage_times",
+    "totals",
+    "with_code",
+]
 
 COLUMNS = ("stage", "task", "seconds", "commit")
 MARKERS = ("<!-- results:stage_times -->\n", "<!-- /results:stage_times -->")
 TRAINING = ("train",)  # the stages that fit models; every other stage is "non-training"
 ONCE = "all"  # the dataset tag of the stages that run once (attnflow.tracking.stage_run)
+SAME_CODE = "same"  # `code` of a stage whose declared code files are those of the checkout
 
 
 def stage_times(runs: Sequence[Any], order: Sequence[str] = ()) -> pd.DataFrame:
@@ -70,6 +82,30 @@ def from_store(uri: str, experiment: str, config_hash: str, order: Sequence[str]
     return stage_times(runs, order)
 
 
+def with_code(
+    table: pd.DataFrame, root: Path, deps: Callable[[str], Sequence[str]], head: str
+) -> pd.DataFrame:
+    """``table`` with a column ``code``: for each stage run, whether the code files its stage declares
+    (``deps(stage)``: dvc.yaml's deps) are the same at the commit that ran it as in the checkout at
+    ``head``: :data:`SAME_CODE`, "changed: <files>", or "unknown" (git cannot tell). A stage that ran at
+    an earlier commit but whose declared code did not change since is the code of ``head``, as
+    ``dvc status`` also says; one commit then stands behind every number.
+    """
+    from attnflow.sweep import changed_since
+
+    def code(row: Any) -> str:
+        if not row.commit:
+            return "unknown"
+        if head.startswith(row.commit):
+            return SAME_CODE
+        changed = changed_since(root, row.commit, list(deps(row.stage)))
+        if changed is None:
+            return "unknown"
+        return SAME_CODE if not changed else "changed: " + ", ".join(changed)
+
+    return table.assign(code=[code(r) for r in table.itertuples(index=False)])
+
+
 def read_table(path: Path) -> pd.DataFrame:
     """The csv `python -m pipelines.stage_times` writes (empty task and commit cells stay "")."""
     return pd.read_csv(path, keep_default_na=False, dtype={"commit": str, "task": str})
@@ -107,11 +143,20 @@ def markdown(table: pd.DataFrame) -> str:
         for commit, rows in table.groupby("commit", sort=False)
     }
     code = "; ".join(f"{commit}: {stages}" for commit, stages in by_commit.items())
-    return "\n".join(
-        [
-            *lines,
-            "",
-            f"Training: {_duration(total['training'])}; every other stage: {_duration(total['non-training'])}. "
-            f"Code (commit: stages): {code}.",
-        ]
+    text = (
+        f"Training: {_duration(total['training'])}; every other stage: {_duration(total['non-training'])}. "
+        f"Code (commit: stages): {code}."
     )
+    if "code" in table:
+        report = table.loc[table["stage"] == "report", "commit"]
+        head = report.iloc[-1] if len(report) else "the checkout"
+        other = table[table["code"] != SAME_CODE]
+        text += (
+            f" The declared code of every stage is that of {head} (a stage that ran at another commit has the "
+            "same code files there)."
+            if other.empty
+            else " Stages whose code differs from the report's: "
+            + "; ".join(f"{r.stage}@{r.task or 'once'} ({r.code})" for r in other.itertuples())
+            + "."
+        )
+    return "\n".join([*lines, "", text])

@@ -131,3 +131,23 @@ def test_every_claim_names_its_source_and_quote_once():
     assert all(
         c.quote and c.source and c.reads in ("correlations", "entropy", "pronouns") for c in PAPER_CLAIMS
     )
+
+
+def test_figure4_causal_reference_and_rollout_flow_agreement():
+    rows = []
+    for i in range(40):
+        # last layer: flow picks the referent in every sentence, rollout in the first 20 only; the causal
+        # reference agrees with flow's choice in 10 of 40 sentences (flow: 0.25, below chance)
+        rows.append((0, i, "flow", 2, "plain", 1.0, float(i < 10)))
+        rows.append((0, i, "rollout", 2, "plain", float(i < 20), float(i < 5)))
+        rows.append((0, i, "flow", 1, "plain", 0.0, 1.0))  # a lower layer: never read
+        rows.append((0, i, "rollout", 1, "plain", 1.0, 1.0))
+    frame = pd.DataFrame(
+        rows, columns=["seed", "sentence", "method", "layer", "variant", "referent", "causal"]
+    )
+    table = ledger({"pronouns": frame}, n_boot=500).set_index("claim")
+    assert table.loc["figure4_flow_causal/plain", "estimate"] == 0.25
+    assert table.loc["figure4_flow_causal/plain", "verdict"] == "fails"
+    assert table.loc["figure4_rollout_flow_agree/plain", "estimate"] == 0.5  # same choice in 20 of 40
+    assert "figure4_flow_consistent/plain" not in table.index  # no model_choice column: not measured
+    assert "figure4_rollout_flow_agree/corrected" not in table.index

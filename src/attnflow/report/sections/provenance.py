@@ -18,9 +18,10 @@ from attnflow.sweep import CODE_DIRS, mixed_code
 
 from ..context import Context, get
 from ..document import Heading, Paragraph, Table
+from ..stage_times import SAME_CODE
 from ..tables import Grid
 
-__all__ = ["left_out", "pooled_conflicts", "reused_trainings", "section"]
+__all__ = ["left_out", "pooled_conflicts", "reused_trainings", "section", "stage_blocks"]
 
 MAIN = "this run"
 
@@ -92,6 +93,23 @@ def reused_trainings(jobs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def stage_blocks(stages: Any, head: str) -> list[Any]:
+    """The stages behind this run's outputs: the commit each ran at and whether its declared code
+    files are this checkout's (``code`` of :func:`attnflow.report.stage_times.with_code`), and one
+    sentence saying whether a single commit stands behind every number."""
+    rows = [[r.stage, r.task or "once", r.commit or "not recorded", r.code] for r in stages.itertuples()]
+    other = [f"{r.stage}@{r.task or 'once'}" for r in stages.itertuples() if r.code != SAME_CODE]
+    text = (
+        f"Every stage of this run has the code of {head}: a stage that ran at an earlier commit declares "
+        "code files that are byte-identical in this checkout (what `dvc status` checks as well)."
+        if not other
+        else f"**Stages whose declared code differs from this checkout ({head}):** {', '.join(other)}."
+    )
+    grid = Grid(header=["stage", "task", "ran at", "its code in this checkout"], rows=rows,
+                caption="The stage runs behind this run's outputs")  # fmt: skip
+    return [Paragraph(text), Table(grid)]
+
+
 def section(ctx: Context) -> None:
     ctx.add(Heading("Provenance", 2))
     rows = [["Tables 1-3 and every per-task section", MAIN, _label(ctx.code)]]
@@ -114,6 +132,8 @@ def section(ctx: Context) -> None:
         ),
         Table(Grid(header=["table", "run", "commit"], rows=rows, caption="Code behind each table")),
     )
+    if ctx.stages is not None and not ctx.stages.empty:
+        ctx.add(*stage_blocks(ctx.stages, _label(ctx.code)))
     if reused := reused_trainings(ctx.sweep_jobs):
         ctx.add(
             Paragraph(

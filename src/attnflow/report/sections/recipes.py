@@ -1,12 +1,14 @@
 """Whole-run switches: what each training or sample choice does to agreement accuracy and the Table 1/2 cells.
 
 Reads the switch sweep (``python -m pipelines.study -m 'tasks=[agreement]'
-+switch=no_eos,random_samples,train_10k,train_20k hydra.callbacks.aggregate.into=recipes``; any
++switch=no_eos,first_samples,train_10k,train_20k hydra.callbacks.aggregate.into=recipes``; any
 other sweep into ``recipes`` works the same): one line per choice, its seed mean beside the paper,
 and the largest |Δ| over the rollout and flow cells.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import pandas as pd
 
@@ -56,13 +58,21 @@ def section(ctx: Context) -> None:
             f"data.source={get(ctx.config, 'task.agreement.data.source')}."
         ),
     )
+    ctx.add(*switch_tables(cells, accuracy, "per switch"))
+
+
+def switch_tables(cells: pd.DataFrame, accuracy: dict[str, Any], per: str) -> list[Table]:
+    """Tables 1-2 with one block of rows per choice: `cells` indexed by (overrides, task, importance,
+    method, layer) with a ``mean`` column (:func:`recipe_cells`), `accuracy` {choice: {task: {accuracy,
+    teacher_accuracy}}}; each cell shows ours (Δ = ours − paper) and each row its largest |Δ|."""
+    tables = []
     for paper in TABLES:
         if paper.task != "agreement":
             continue
         grid = Grid(
             header=["choice", "accuracy (teacher)", "method", *(f"L{k}" for k in paper.layers), "max |Δ|"],
             rows=[],
-            caption=f"Table {paper.number} (agreement vs {IMPORTANCE_LABELS[paper.importance]}) per switch",
+            caption=f"Table {paper.number} (agreement vs {IMPORTANCE_LABELS[paper.importance]}) {per}",
         )
         for choice in sorted({k[0] for k in cells.index}):
             acc = accuracy.get(choice, {}).get(paper.task, {})
@@ -82,4 +92,5 @@ def section(ctx: Context) -> None:
                     ]
                     + [fmt(max(abs(d) for d in deltas), 2) if deltas else "n/a"]
                 )
-        ctx.add(Table(grid))
+        tables.append(Table(grid))
+    return tables

@@ -3,7 +3,7 @@
 Two sources: the correlate stage's re-scorings (``variant = "<config key>=<value>"``: correlation
 switches on the same maps and importance, and blank-out recomputed under each attribution switch),
 and the switch sweep (``python -m pipelines.study -m 'tasks=[agreement]'
-+switch=no_eos,random_samples,train_10k,train_20k hydra.callbacks.aggregate.into=recipes``):
++switch=no_eos,first_samples,train_10k,train_20k hydra.callbacks.aggregate.into=recipes``):
 whole study runs with one training or sample switch changed, compared at the same seed.
 """
 

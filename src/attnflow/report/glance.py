@@ -109,8 +109,7 @@ def paragraph(f: dict[str, Any]) -> str:
     """The paragraph's markdown (wrapped at about 100 characters)."""
     others = ", ".join(f"{a:.3f}" for _, a in sorted(f["sweep_accuracy"].items()))
     seeds_text = (
-        f" (seed{'s' if len(f['sweep_accuracy']) > 1 else ''} "
-        f"{', '.join(str(s) for s in sorted(f['sweep_accuracy']))} of the sweep: {others})"
+        f" (seeds {', '.join(str(s) for s in sorted(f['sweep_accuracy']))} of the sweep: {others})"
         if others
         else ""
     )

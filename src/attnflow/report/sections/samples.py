@@ -68,7 +68,7 @@ def section(ctx: Context) -> None:
     cells = recipe_cells(stacked).set_index(["overrides", "task", "importance", "method", "layer"])
     seeds = stacked.groupby("overrides")["seed"].nunique().to_dict()
     capture = get(ctx.config, "task.agreement.capture") or {}
-    accuracy = {j.get("recipe") or "": j.get("accuracy", {}) for j in _jobs(ctx)}  # the label of its rows
+    accuracy = {j.get("overrides") or "": j.get("accuracy", {}) for j in _jobs(ctx)}
     main = (ctx.inputs.get("agreement") and ctx.inputs["agreement"].train_metrics) or {}
     accuracy[DEFAULT_SAMPLE] = {"agreement": {"accuracy": main.get("accuracy"),
                                               "teacher_accuracy": (main.get("teacher") or {}).get("accuracy")}}  # fmt: skip

@@ -1,5 +1,5 @@
-"""Tiny models shared by the tests (a random 2-layer BERT saved like a Hugging Face checkpoint) and the
-letter tokenizer of the generation tests."""
+"""Tiny models shared by the tests (a random 2-layer BERT saved like a Hugging Face checkpoint, a
+random 2-layer agreement encoder with its word encoder) and the letter tokenizer of the generation tests."""
 
 from __future__ import annotations
 
@@ -10,6 +10,21 @@ import torch
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 BERT_WORDS = [*SPECIAL, "good", "bad", "movie", "the", "very", "not", "a"]
+AGREEMENT_WORDS = ["the", "dog", "dogs", "near", "cat", "cats", "big"]
+
+
+def tiny_agreement(n_embd: int, words: Sequence[str] = AGREEMENT_WORDS, *, seed: int = 0):
+    """(model, encoder): a random 2-layer, 2-head agreement encoder (eval mode, float32 as the
+    study's, initialised under ``torch.manual_seed(seed)``) and its word encoder (``<eos>`` appended)."""
+    from attnflow.data.vocab import Vocab
+    from attnflow.models.agreement import AgreementConfig, AgreementTransformer
+    from attnflow.models.encoders import WordEncoder
+
+    torch.manual_seed(seed)
+    vocab = Vocab.build([list(words)])
+    encoder = WordEncoder(vocab, append_eos=True)
+    config = AgreementConfig(vocab_size=len(vocab), block_size=16, n_layer=2, n_head=2, n_embd=n_embd)
+    return AgreementTransformer(config).eval(), encoder
 
 
 def make_tiny_bert(

@@ -7,7 +7,6 @@ import random
 
 import numpy as np
 import pytest
-import torch
 
 from attnflow.attribution.samples import (
     attribute_samples,
@@ -16,9 +15,7 @@ from attnflow.attribution.samples import (
     method_options,
     switch_from_configured,
 )
-from attnflow.data.vocab import Vocab
-from attnflow.models.agreement import AgreementConfig, AgreementTransformer
-from attnflow.models.encoders import WordEncoder
+from tests._tiny import tiny_agreement
 
 WORDS = ["the", "dog", "dogs", "near", "cat", "cats", "big"]
 SETTINGS = dict(blank_positions="all", blank_token="unk", mask_blank=False, blank_target="gold")
@@ -26,12 +23,7 @@ SETTINGS = dict(blank_positions="all", blank_token="unk", mask_blank=False, blan
 
 def _study():
     """A tiny agreement model (float32, as the study's), its encoder, 12 sentences and labels."""
-    torch.manual_seed(0)
-    vocab = Vocab.build([WORDS])
-    encoder = WordEncoder(vocab, append_eos=True)
-    model = AgreementTransformer(
-        AgreementConfig(vocab_size=len(vocab), block_size=16, n_layer=2, n_head=2, n_embd=32)
-    ).eval()
+    model, encoder = tiny_agreement(32, WORDS)
     rng = random.Random(0)
     ids = encoder.encode_ids([" ".join(rng.choices(WORDS, k=rng.randint(1, 8))) for _ in range(12)])
     return model, encoder, ids, [rng.randrange(2) for _ in ids]

@@ -9,16 +9,13 @@ import random
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from attnflow.attribution.faithfulness_rows import faithfulness_both_rows
 from attnflow.batches import pad_batch
 from attnflow.bridge import forward
-from attnflow.data.vocab import Vocab
 from attnflow.explain.samples import explain_samples
 from attnflow.methods import resolve
-from attnflow.models.agreement import AgreementConfig, AgreementTransformer
-from attnflow.models.encoders import WordEncoder
+from tests._tiny import tiny_agreement
 
 pytest.importorskip("captum")  # the comparators' integrated gradients
 
@@ -28,12 +25,7 @@ METHODS = ["raw", "rollout", "flow"]
 
 def _study():
     """A tiny agreement model, its encoder, 5 sentences and their captured (L, H, T_i, T_i) attentions."""
-    torch.manual_seed(0)
-    vocab = Vocab.build([WORDS])
-    encoder = WordEncoder(vocab, append_eos=True)
-    model = AgreementTransformer(
-        AgreementConfig(vocab_size=len(vocab), block_size=16, n_layer=2, n_head=2, n_embd=16)
-    ).eval()
+    model, encoder = tiny_agreement(16, WORDS)
     rng = random.Random(0)
     ids = encoder.encode_ids([" ".join(rng.choices(WORDS, k=rng.randint(3, 5))) for _ in range(5)])
     batch, mask = pad_batch([np.asarray(r) for r in ids], encoder.pad_id)

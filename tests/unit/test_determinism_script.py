@@ -131,9 +131,29 @@ def test_without_prepared_data_it_names_the_command_that_makes_it(tmp_path, monk
     assert not (tmp_path / "x.json").exists()
 
 
+def _prepared_from_a_tiny_mirror(root: Path, monkeypatch) -> Path:
+    """The agreement task's own download + prepare, run on the e2e test's tiny mirror: the prepared
+    folder a clean checkout (CI) lacks, in the layout `dvc repro prepare@agreement` writes."""
+    from omegaconf import OmegaConf
+
+    from attnflow.data import download as dl
+    from attnflow.tasks import get_task
+    from tests.e2e.test_study_e2e import _write_mirror
+
+    monkeypatch.setattr(dl, "known_digests", dict)  # fixture files: digests recorded, not checked
+    _, cfg = det.prepared_folder()
+    spec, data = get_task(det.TASK), cfg["task"][det.TASK]["data"]
+    dl.download(spec.dataset, root / "raw", urls=[], mirrors=[_write_mirror(root / "mirror")])
+    spec.prepare(root / "raw", root / "prepared", OmegaConf.create(data), cfg["seed"])
+    return root / "prepared"
+
+
 @pytest.mark.slow
-def test_one_setting_runs_end_to_end(tmp_path):
+def test_one_setting_runs_end_to_end(tmp_path, monkeypatch):
     """One real setting (the study's model, 1 step): a digest per setting and a loss per step."""
+    prepared = _prepared_from_a_tiny_mirror(tmp_path, monkeypatch)
+    _, cfg = det.prepared_folder()
+    monkeypatch.setattr(det, "prepared_folder", lambda: (prepared, cfg))
     out = tmp_path / "d.json"
     det.main(
         [

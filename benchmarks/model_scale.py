@@ -52,15 +52,17 @@ SHAPES = {
 DEFAULT_LENGTHS = {"cuda": (8192, 16384), "cpu": (128, 256)}
 
 
-def build(shape: str, device: str, dtype) -> object:
-    """A random-weight LlamaForCausalLM of `shape` (SHAPES) on `device` in `dtype`, eval mode."""
+def build(shape: str, device: str, dtype, *, min_vocab: int = 0) -> object:
+    """A random-weight LlamaForCausalLM of `shape` (SHAPES) on `device` in `dtype`, eval mode; the
+    vocabulary at least ``min_vocab`` (a real tokenizer's ids on the tiny shape)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     if shape not in SHAPES:
         raise ValueError(f"--shape must be one of {', '.join(SHAPES)}, got {shape!r}")
+    sizes = {**SHAPES[shape], "vocab_size": max(SHAPES[shape]["vocab_size"], min_vocab)}
     config = LlamaConfig(
-        **SHAPES[shape], max_position_embeddings=131072, rope_theta=500000.0, rms_norm_eps=1e-5,
+        **sizes, max_position_embeddings=131072, rope_theta=500000.0, rms_norm_eps=1e-5,
         attn_implementation="sdpa",
     )  # fmt: skip
     torch.manual_seed(0)

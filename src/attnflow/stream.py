@@ -44,6 +44,7 @@ from attnflow.stream_state import (
     STREAM_METHODS,
     TRIL_BLOCK,
     StreamState,
+    block_bytes_for,
     handle_sinks,
     tril_matmul,
 )
@@ -192,7 +193,7 @@ def stream_maps(
     dtype: torch.dtype = torch.float32,
     flow_layers: Sequence[int] | None = None,
     normalize_flow: bool = True,
-    block_bytes: int = BLOCK_BYTES,
+    block_bytes: int | None = None,
     logits_at: torch.Tensor | None = None,
     sinks: Any = None,
     sink_mode: str = "none",
@@ -206,7 +207,7 @@ def stream_maps(
     are 0. "logits": a classifier's (B, C); a language model's at the rows only, (B, R, V), or
     at `logits_at` (B,) positions, (B, V) (its (B, T, V) logits are never formed). block_bytes:
     the largest block of attention probabilities formed at once (the model's eager attention runs
-    over blocks of query rows). sinks: (B, L, H, T) bool sink keys of each head (e.g. from
+    over blocks of query rows); None: `attnflow.stream_state.block_bytes_for` the input's device. sinks: (B, L, H, T) bool sink keys of each head (e.g. from
     `stream_sink_scores` and `attnflow.explain.causal.sinks_from_scores`), handled per head by
     sink_mode ("diagonal" / "drop", as `attnflow.explain.causal.remove_sinks`) before the head mean.
     sink_scores: also return "sink_scores", what `stream_sink_scores` returns, from the same forward
@@ -224,7 +225,7 @@ def stream_maps(
     ids, valid, rows = _checked_batch(batch, rows)
     n_layers = _n_layers(model)
     state = StreamState(
-        rows, valid, methods, n_layers, float(residual), dtype, block_bytes=int(block_bytes),
+        rows, valid, methods, n_layers, float(residual), dtype, block_bytes=_block_bytes(block_bytes, ids),
         scores=[] if sink_scores else None,
     )  # fmt: skip
     if sinks is not None and sink_mode != "none":
@@ -267,7 +268,7 @@ def stream_maps(
 
 
 def stream_sink_scores(
-    model: Any, batch: Mapping[str, torch.Tensor], *, block_bytes: int = BLOCK_BYTES
+    model: Any, batch: Mapping[str, torch.Tensor], *, block_bytes: int | None = None
 ) -> tuple[np.ndarray, np.ndarray, bool]:
     """`attnflow.explain.causal.sink_scores` of every head, computed while `model` runs on `batch`.
 
@@ -277,9 +278,9 @@ def stream_sink_scores(
     causal: every attention entry above the diagonal is 0); `sinks_from_scores` turns them into
     sinks as `find_sinks` does.
     """
-    _, valid, rows = _checked_batch(batch, 0)
+    ids, valid, rows = _checked_batch(batch, 0)
     n_layers = _n_layers(model)
-    state = StreamState(rows, valid, (), n_layers, block_bytes=int(block_bytes), scores=[])
+    state = StreamState(rows, valid, (), n_layers, block_bytes=_block_bytes(block_bytes, ids), scores=[])
     kwargs, _ = _forward_options(model, rows[:, 0])
     with torch.no_grad(), _streaming(model, state):
         model(**batch, **kwargs)
@@ -301,6 +302,11 @@ def _sink_scores(state: StreamState) -> tuple[np.ndarray, np.ndarray, bool]:
         total, seen[:, None, None, :], out=np.zeros_like(total), where=seen[:, None, None, :] > 0
     )
     return scores, seen, bool(state.upper_zero)
+
+
+def _block_bytes(given: int | None, ids: torch.Tensor) -> int:
+    """``given``, or the default for the device the input lies on (`stream_state.block_bytes_for`)."""
+    return int(given) if given is not None else block_bytes_for(ids.device)
 
 
 def _forward_options(model: Any, positions: torch.Tensor) -> tuple[dict[str, Any], torch.Tensor | None]:
@@ -343,7 +349,7 @@ def stream_gradient_maps(
     target: Any = "predicted",
     positions: torch.Tensor | None = None,
     dtype: torch.dtype = torch.float32,
-    block_bytes: int = BLOCK_BYTES,
+    block_bytes: int | None = None,
     recompute: bool = True,
 ) -> dict[str, torch.Tensor]:
     """Chefer's generic relevance and Grad-SAM of `rows`, with ∇A reduced over heads in the backward.
@@ -372,7 +378,7 @@ def stream_gradient_maps(
     ids, valid, rows = _checked_batch(batch, rows)
     n_layers = _n_layers(model)
     state = StreamState(
-        rows, valid, (), n_layers, dtype=dtype, block_bytes=int(block_bytes), grad_methods=methods,
+        rows, valid, (), n_layers, dtype=dtype, block_bytes=_block_bytes(block_bytes, ids), grad_methods=methods,
         recompute=bool(recompute),
     )  # fmt: skip
     if positions is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -17,10 +18,13 @@ from attnflow.explain.torch_ops import mix_residual, normalize_rows
 __all__ = [
     "BLOCK_BYTES",
     "FLOW_PACKED_BYTES",
+    "GPU_BLOCK_BYTES",
+    "GPU_BLOCK_SHARE",
     "GRAD_STREAM_METHODS",
     "STREAM_METHODS",
     "TRIL_BLOCK",
     "StreamState",
+    "block_bytes_for",
     "handle_sinks",
     "tril_matmul",
 ]
@@ -32,6 +36,13 @@ GRAD_STREAM_METHODS = ("chefer", "grad_sam")
 # The model's eager attention runs over blocks of query rows whose probabilities take at most about
 # this many bytes, so no (B, H, T, T) block of a long input is ever formed.
 BLOCK_BYTES = 16 * 2**20
+# On a GPU each block costs a handful of kernel launches whatever its size: 16 MiB blocks of an
+# 8,192-token layer of 32 heads are 10 query rows, 820 blocks a layer, and the launches were the
+# whole cost (rollout with sinks of Llama-3-8B's shape at 8,192 tokens: 41 s on an H200). There a
+# block may take GPU_BLOCK_SHARE of the free device memory, at most GPU_BLOCK_BYTES
+# (`block_bytes_for`).
+GPU_BLOCK_BYTES = 2 * 2**30
+GPU_BLOCK_SHARE = 8
 # Above this many bytes of dense capacities per sample, a causal model's unpadded batch keeps only
 # the lower triangles (`attnflow.explain.flow.flow_rows_packed`: one thread, no reversed copy, half
 # the memory, 2-9x faster on last-row flow; its values equal the dense solver's to ~1e-14, not to
@@ -40,6 +51,20 @@ BLOCK_BYTES = 16 * 2**20
 FLOW_PACKED_BYTES = 2**25
 # Causal rollout multiplies lower-triangular matrices in blocks of this many rows.
 TRIL_BLOCK = 256
+
+
+def block_bytes_for(device: Any) -> int:
+    """The default block size on ``device``: BLOCK_BYTES on the CPU (cache-sized); on CUDA the free
+    device memory / GPU_BLOCK_SHARE, between BLOCK_BYTES and GPU_BLOCK_BYTES.
+
+    >>> block_bytes_for("cpu") == BLOCK_BYTES
+    True
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        return BLOCK_BYTES
+    free, _ = torch.cuda.mem_get_info(device)
+    return int(min(GPU_BLOCK_BYTES, max(BLOCK_BYTES, free // GPU_BLOCK_SHARE)))
 
 
 @dataclass

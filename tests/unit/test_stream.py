@@ -47,9 +47,11 @@ def _forward_tol(family: str, tol: float) -> float:
 
 
 def _models():
+    """The tiny models in eval mode: a test's own plain forward (the reference) must not drop out
+    (in training mode GPT-2's dropout made the blocks test fail when it ran alone)."""
     torch.manual_seed(0)
     small = dict(vocab_size=50, num_hidden_layers=3)
-    return {
+    models = {
         "llama": LlamaForCausalLM(
             LlamaConfig(
                 hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, **small
@@ -60,6 +62,7 @@ def _models():
             GPT2Config(n_embd=32, n_layer=3, n_head=4, vocab_size=50, bos_token_id=0, eos_token_id=0)
         ),
     }
+    return {name: model.eval() for name, model in models.items()}
 
 
 MODELS = _models()
@@ -337,3 +340,18 @@ def test_streaming_runs_a_model_in_training_mode_without_dropout_and_gives_its_f
     for s, c in zip(streamed, classic, strict=True):
         for method in ("raw", "rollout", "flow"):
             np.testing.assert_allclose(s["maps"][method], c["maps"][method], atol=1e-15, rtol=0)
+
+
+def test_the_default_block_is_cache_sized_on_the_cpu_and_a_share_of_free_memory_on_a_gpu(monkeypatch):
+    """On a GPU a block of 16 MiB was 10 query rows of an 8,192-token layer of 32 heads: 820 blocks
+    a layer, the kernel launches the whole cost; there the block is a share of the free memory."""
+    from attnflow import stream_state
+
+    assert stream_state.block_bytes_for("cpu") == stream_state.BLOCK_BYTES
+    free = {"bytes": 120 * 2**30}
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free["bytes"], 141 * 2**30))
+    assert stream_state.block_bytes_for("cuda") == stream_state.GPU_BLOCK_BYTES  # capped
+    free["bytes"] = 4 * 2**30
+    assert stream_state.block_bytes_for("cuda") == 4 * 2**30 // stream_state.GPU_BLOCK_SHARE
+    free["bytes"] = 2**20  # a nearly full card: never below the CPU's block
+    assert stream_state.block_bytes_for("cuda") == stream_state.BLOCK_BYTES

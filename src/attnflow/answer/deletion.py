@@ -1,8 +1,9 @@
 """The model side of a guided deletion: the answer's log-probability as prompt tokens are deleted.
 
-    s_i = Σ_t log p(a_t | prompt with positions o_0..o_{i-1} replaced by the pad token, a_<t)
+    s_i = Σ_{t=s..e} log p(a_t | prompt with positions o_0..o_{i-1} replaced by the pad token, a_<t)
 
-for i = 0..P, o = `attnflow.answer.metrics.deletion_order(w)`: P + 1 teacher-forced forwards,
+for i = 0..P, o = `attnflow.answer.metrics.deletion_order(w)`, (s, e) the explained answer tokens
+(``span``, inclusive; default all, as `attnflow.answer.span`): P + 1 teacher-forced forwards,
 batched. ``steps`` (None: every i, as FlashTrace) scores the curve at ``steps + 1`` evenly spaced
 deletion counts and fills the rest by linear interpolation: an approximation for long prompts,
 named as such wherever it is used.
@@ -18,6 +19,7 @@ import numpy as np
 from attnflow.generate.faithfulness import continuation_logprobs
 
 from .metrics import deletion_areas, deletion_order
+from .span import explained_span
 
 __all__ = ["deletion_scores", "guided_deletion"]
 
@@ -32,6 +34,7 @@ def deletion_scores(
     protect: Sequence[int] = (),
     steps: int | None = None,
     batch_size: int = 8,
+    span: tuple[int, int] | None = None,
 ) -> np.ndarray:
     """(F + 1,) s_i (module docstring) over the F deletable positions. ``protect``: prompt positions
     never deleted (a chat template's own tokens: FlashTrace deletes only the user's text); the order
@@ -55,7 +58,8 @@ def deletion_scores(
         for j in order[:c]:
             ids[j] = pad_id
         prompts.append(ids)
-    measured = continuation_logprobs(model, prompts, answer, batch_size).sum(axis=1)
+    first, last = explained_span(len(answer), span)
+    measured = continuation_logprobs(model, prompts, answer, batch_size)[:, first : last + 1].sum(axis=1)
     return np.interp(np.arange(len(order) + 1), counts, measured)
 
 
@@ -69,12 +73,13 @@ def guided_deletion(
     protect: Sequence[int] = (),
     steps: int | None = None,
     batch_size: int = 8,
+    span: tuple[int, int] | None = None,
 ) -> dict[str, float]:
     """RISE, MAS and RISE+AP of one attribution (`attnflow.answer.metrics.deletion_areas`) over the
     deletable prompt tokens."""
     w = np.asarray(weights, dtype=np.float64)
     scores = deletion_scores(model, prompt_ids, answer_ids, w, pad_id=pad_id, protect=protect, steps=steps,
-                             batch_size=batch_size)  # fmt: skip
+                             batch_size=batch_size, span=span)  # fmt: skip
     free = np.delete(w, sorted({int(p) for p in protect}))  # the deletable positions, in prompt order
     rise, mas, rise_ap = deletion_areas(scores, free)
     return {"rise": rise, "mas": mas, "rise_ap": rise_ap}

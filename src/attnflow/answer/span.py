@@ -1,8 +1,11 @@
 """Attribute a whole answer span to the prompt: one weight per prompt token for every method.
 
-The target is the answer a_0..a_{n-1} after the prompt x_0..x_{P-1}, teacher-forced. Gradient
-methods explain y = Σ_t z[P + t − 1, a_t], the summed logits of the answer tokens at the rows that
-predict them (what lxt and FlashTrace's AttnLRP baseline explain), in one backward:
+The target is the answer a_0..a_{n-1} after the prompt x_0..x_{P-1}, teacher-forced; ``span``
+(s, e), inclusive, picks the explained tokens a_s..a_e (default all): the tokens before a_s, a
+reasoning trace or the words before the answer, are context, as FlashTrace's ``output_span``.
+Gradient methods explain y = Σ_{t=s..e} z[P + t − 1, a_t], the summed logits of the explained
+tokens at the rows that predict them (what lxt and FlashTrace's AttnLRP baseline explain), in one
+backward:
 
     input_gradients       w_j = Σ_d e_jd · ∂y/∂e_jd                       (gradient × input)
     integrated_gradients  w_j = Σ_d e_jd · mean_{k=1..K} ∂y/∂e_jd |_{(k/K) e}  (zero baseline, K steps)
@@ -10,7 +13,7 @@ predict them (what lxt and FlashTrace's AttnLRP baseline explain), in one backwa
 
 Attention methods (raw, rollout, flow, chefer) read the rows that predict the answer tokens
 through `attnflow.generate.explain_generation` (sinks and receptive-field corrections as given
-there), at the last layer, and sum them over the answer: w_j = Σ_t M[t, j]. Every method returns
+there), at the last layer, and sum them over the explained tokens: w_j = Σ_{t=s..e} M[t, j]. Every method returns
 (P,) float64 over the prompt tokens (the answer's own tokens are not attributed).
 """
 
@@ -21,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ATTENTION_METHODS", "GRADIENT_METHODS", "SPAN_METHODS", "span_attribution"]
+__all__ = ["ATTENTION_METHODS", "GRADIENT_METHODS", "SPAN_METHODS", "explained_span", "span_attribution"]
 
 GRADIENT_METHODS = ("input_gradients", "integrated_gradients", "attnlrp")
 ATTENTION_METHODS = ("raw", "rollout", "flow", "chefer")
@@ -38,18 +41,38 @@ def _ids(prompt_ids: Sequence[int], answer_ids: Sequence[int]) -> tuple[list[int
     return prompt + answer, len(prompt), len(answer)
 
 
-def _summed_logits(logits: Any, sequence: Sequence[int], n_prompt: int) -> Any:
-    """Σ_t z[P + t − 1, a_t] of (1, T, V) logits; (batch of such) -> (B,)."""
+def explained_span(n_answer: int, span: tuple[int, int] | None) -> tuple[int, int]:
+    """The inclusive (s, e) of the explained answer tokens: ``span`` checked, None -> (0, n − 1).
+
+    >>> explained_span(4, None), explained_span(4, (2, 3))
+    ((0, 3), (2, 3))
+    """
+    if span is None:
+        return 0, n_answer - 1
+    s, e = (int(x) for x in span)
+    if not 0 <= s <= e < n_answer:
+        raise ValueError(f"span {span} must satisfy 0 <= start <= end < {n_answer} (the answer's tokens)")
+    return s, e
+
+
+def _summed_logits(logits: Any, sequence: Sequence[int], n_prompt: int, span: tuple[int, int]) -> Any:
+    """Σ_{t=s..e} z[P + t − 1, a_t] of (1, T, V) logits; (batch of such) -> (B,)."""
     import torch
 
-    n = len(sequence) - n_prompt
-    targets = torch.tensor(sequence[n_prompt:], device=logits.device)  # (n,)
-    rows = logits[:, n_prompt - 1 : n_prompt - 1 + n]  # (B, n, V)
-    return rows.gather(2, targets[None, :, None].expand(rows.shape[0], n, 1))[..., 0].sum(-1)
+    s, e = span
+    targets = torch.tensor(sequence[n_prompt + s : n_prompt + e + 1], device=logits.device)  # (n,)
+    rows = logits[:, n_prompt - 1 + s : n_prompt + e]  # (B, n, V)
+    return rows.gather(2, targets[None, :, None].expand(rows.shape[0], len(targets), 1))[..., 0].sum(-1)
 
 
 def _embedding_gradient(
-    model: Any, sequence: list[int], n_prompt: int, *, scales: Sequence[float], rules: Any = None
+    model: Any,
+    sequence: list[int],
+    n_prompt: int,
+    span: tuple[int, int],
+    *,
+    scales: Sequence[float],
+    rules: Any = None,
 ) -> np.ndarray:
     """Σ_d e ⊙ mean_k ∂y/∂e at (scale_k · e), over the prompt positions; one batched backward.
     ``rules``: a context manager the forward and backward run in (AttnLRP's rules), or None."""
@@ -68,7 +91,8 @@ def _embedding_gradient(
         scaled = (alphas * embeds).requires_grad_(True)  # (K, T - 1, D)
         mask = torch.ones(scaled.shape[:2], dtype=torch.long, device=device)
         with rules if rules is not None else nullcontext():
-            y = _summed_logits(model(inputs_embeds=scaled, attention_mask=mask).logits, sequence, n_prompt)
+            logits = model(inputs_embeds=scaled, attention_mask=mask).logits
+            y = _summed_logits(logits, sequence, n_prompt, span)
             (grad,) = torch.autograd.grad(y.sum(), scaled)
     relevance = (embeds[0] * grad.mean(0)).sum(-1)  # (T - 1,)
     return relevance[:n_prompt].detach().double().cpu().numpy()
@@ -85,28 +109,31 @@ def span_attribution(
     receptive_field: str = "none",
     ig_steps: int = IG_STEPS,
     attention: str = "eager",
+    span: tuple[int, int] | None = None,
 ) -> np.ndarray:
-    """(P,) the attribution of each prompt token to the whole answer by ``method`` (module docstring).
+    """(P,) the attribution of each prompt token to the answer's tokens ``span`` (inclusive indices
+    into ``answer_ids``; None: all of them) by ``method`` (module docstring).
 
     sinks / receptive_field: the attention methods' corrections (`attnflow.generate.explain_generation`);
     attention: how AttnLRP runs attention ("eager", "sdpa", "checkpoint": `attnflow.attnlrp`).
     """
     if method not in SPAN_METHODS:
         raise ValueError(f"unknown span method {method!r}; choose from {', '.join(SPAN_METHODS)}")
-    sequence, n_prompt, _ = _ids(prompt_ids, answer_ids)
+    sequence, n_prompt, n_answer = _ids(prompt_ids, answer_ids)
+    target = explained_span(n_answer, span)
     if method == "input_gradients":
-        return _embedding_gradient(model, sequence, n_prompt, scales=[1.0])
+        return _embedding_gradient(model, sequence, n_prompt, target, scales=[1.0])
     if method == "integrated_gradients":
         if ig_steps < 1:
             raise ValueError(f"ig_steps must be at least 1, got {ig_steps}")
         return _embedding_gradient(
-            model, sequence, n_prompt, scales=[k / ig_steps for k in range(1, ig_steps + 1)]
+            model, sequence, n_prompt, target, scales=[k / ig_steps for k in range(1, ig_steps + 1)]
         )
     if method == "attnlrp":
         from attnflow.attnlrp.patch import attnlrp_rules
 
         return _embedding_gradient(
-            model, sequence, n_prompt, scales=[1.0], rules=attnlrp_rules(model, attention=attention)
+            model, sequence, n_prompt, target, scales=[1.0], rules=attnlrp_rules(model, attention=attention)
         )
     from attnflow.generate import explain_generation
 
@@ -119,4 +146,5 @@ def span_attribution(
         raise ValueError(
             "the prompt does not survive decode + encode with this tokenizer; pass ids the tokenizer makes from text"
         )
-    return result.maps[method][:, :, -1].sum(axis=0).astype(np.float64)  # (P,) last layer, rows summed
+    rows = result.maps[method][target[0] : target[1] + 1, :, -1]  # (n, P) the explained rows, last layer
+    return rows.sum(axis=0).astype(np.float64)

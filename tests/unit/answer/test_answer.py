@@ -180,3 +180,29 @@ def test_the_tasks_gold_spans_hold_the_source():
     assert 110 <= len(tok(item.prompt)["input_ids"]) <= 140
     with pytest.raises(ValueError, match="filler"):
         retrieval_items([], tok, n=1, length=10)
+
+
+def test_a_span_explains_only_its_tokens_the_rest_being_context():
+    """Gradient × input is linear in the target: the whole answer's attribution is the sum of its
+    one-token spans' (the earlier tokens stay in the input as context either way)."""
+    model = _llama()
+    whole = span_attribution(model, None, PROMPT, ANSWER, "input_gradients")
+    parts = [
+        span_attribution(model, None, PROMPT, ANSWER, "input_gradients", span=(t, t))
+        for t in range(len(ANSWER))
+    ]
+    assert np.allclose(whole, sum(parts), atol=1e-10)
+    assert not np.allclose(parts[0], parts[-1])
+    with pytest.raises(ValueError, match="span"):
+        span_attribution(model, None, PROMPT, ANSWER, "input_gradients", span=(1, len(ANSWER)))
+
+
+def test_the_deletion_curve_of_a_span_sums_only_its_tokens_log_probs():
+    model = _llama()
+    w = np.array([0.1, 3.0, 0.2, 2.0, 0.0, 0.5])
+    last = len(ANSWER) - 1
+    scores = deletion_scores(model, PROMPT, ANSWER, w, pad_id=0, span=(last, last))
+    assert scores[0] == pytest.approx(continuation_logprobs(model, [PROMPT], ANSWER, 8)[0, last])
+    whole = deletion_scores(model, PROMPT, ANSWER, w, pad_id=0)
+    first = deletion_scores(model, PROMPT, ANSWER, w, pad_id=0, span=(0, last - 1))
+    assert np.allclose(whole, first + scores)

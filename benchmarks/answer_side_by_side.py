@@ -1,0 +1,421 @@
+"""Answer attribution side by side with FlashTrace: the same model, the same items, the same metrics,
+one run. A table per task (and prompt length) with RISE, MAS, recovery@10 %, seconds per item and
+peak memory, each with a bootstrap interval over items, and each attnflow method's paired
+difference against FlashTrace.
+
+    pip install --no-deps -r requirements-bench.txt                  # FlashTrace 0.1.1 and its imports
+    python benchmarks/answer_side_by_side.py                         # SmolLM2-135M-Instruct, CPU
+    python benchmarks/answer_side_by_side.py --tasks retrieval --lengths 512,1024 --items 12
+    python benchmarks/answer_side_by_side.py --shape 8b --device cuda --lengths 5000,8192,16384,32768
+
+Items (`attnflow.answer.tasks`): arithmetic and two-fact ("multihop") questions from templates, and
+retrieval of a code placed at a random depth in SST-2 training sentences (the data mirror) of about
+``--lengths`` tokens. The prompt is put as FlashTrace puts it with ``use_chat_template=True``: the
+user turn "Context: {prompt}\\n\\n\\nQuery: " in the model's chat template; both tools attribute to
+the user's text only and delete only it (`protect`: the template's tokens). The model answers
+greedily (at most 32 tokens); an item is kept when the expected answer appears in the generation as
+a word (kept / built counts are reported). The explained span is that occurrence's tokens; the
+generated tokens before it are context (FlashTrace's ``reasoning_span``, attnflow's ``span``).
+
+Methods: attnflow's `span_attribution` (input gradients, integrated gradients, AttnLRP through
+fused attention, rollout with sinks) and FlashTrace (``FlashTrace.trace``, its default method, one
+hop; eager attention, which it reads, unless ``--flashtrace-recompute``). Metrics
+(`attnflow.answer`): RISE and MAS of a guided deletion of the user's tokens (every deletion count
+up to ``--full-curve`` deletable tokens, else ``--steps`` + 1 counts and linear interpolation,
+named in the table), recovery@10 % of the gold source tokens. Seconds: the attribution call alone;
+peak: the resident set's largest growth during it (polled every 2 ms; CUDA: the device's peak
+allocation above what was held before).
+
+``--shape`` (8b, 1b, tiny; `benchmarks/model_scale.py`) uses a random-weight Llama of that shape
+with SmolLM2's tokenizer: no item is checked for correctness and no deletion is scored, only time
+and memory on retrieval prompts of each length (what the issue asks of a lent GPU). Writes
+benchmarks/results/answer_side_by_side.json (``--out``) and prints the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from long_inputs import Peak  # noqa: E402  (a sibling benchmark: the resident-set poller)
+
+RESULTS = ROOT / "benchmarks" / "results" / "answer_side_by_side.json"
+FILLER = ROOT.parent / "shared" / "data" / "sst2" / "glue_SST-2" / "train.tsv"
+ATTNFLOW_METHODS = ("input_gradients", "integrated_gradients", "attnlrp", "rollout")
+TOOLS = (*ATTNFLOW_METHODS, "flashtrace")
+MAX_NEW_TOKENS = 32
+TEMPLATE = "Context:{context}\n\n\nQuery: {query}"  # FlashTrace's DEFAULT_PROMPT_TEMPLATE
+
+
+def flashtrace_module():
+    """``flashtrace``, importable where its unused imports are absent: its package imports spacy
+    (sentence splitting) and wordfreq (a word-frequency weight) at module level, neither used by
+    ``FlashTrace.trace``; where they are missing (the GPU image), stand-ins that raise on use."""
+    import importlib.util
+
+    def raising(name):
+        def call(*args, **kwargs):
+            raise RuntimeError(f"{name} is a stand-in here (not installed): FlashTrace.trace does not use it")
+
+        return call
+
+    if importlib.util.find_spec("wordfreq") is None:
+        sys.modules["wordfreq"] = types.SimpleNamespace(zipf_frequency=raising("wordfreq"))
+    if importlib.util.find_spec("spacy") is None:
+
+        class _Blank:
+            def __init__(self):
+                self.pipe_names: list[str] = []
+
+            def add_pipe(self, *args, **kwargs):
+                self.pipe_names = [*self.pipe_names, args[0] if args else "pipe"]
+
+            def __call__(self, text):
+                raise RuntimeError("spacy is a stand-in here: FlashTrace.trace does not split sentences")
+
+        def load(name):
+            raise OSError(name)
+
+        language = types.SimpleNamespace(Language=types.SimpleNamespace(component=lambda name: lambda f: f))
+        sys.modules["spacy"] = types.SimpleNamespace(load=load, blank=lambda lang: _Blank())
+        sys.modules["spacy.language"] = language
+        sys.modules["spacy.tokens"] = types.SimpleNamespace(Doc=object)
+    import flashtrace
+
+    return flashtrace
+
+
+def chat_prompt(tokenizer, prompt: str) -> tuple[list[int], list[int], int]:
+    """(ids, user positions, character offset of the prompt in the user text) as FlashTrace builds
+    them with ``use_chat_template=True``: user text " " + prompt, the template around it, the user
+    tokens found where the first of them first occurs."""
+    user = " " + prompt
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": TEMPLATE.format(context=user, query="")}],
+        tokenize=False, add_generation_prompt=True, enable_thinking=False,
+    )  # fmt: skip
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    user_ids = tokenizer(user, add_special_tokens=False)["input_ids"]
+    start = ids.index(user_ids[0])
+    if ids[start : start + len(user_ids)] != user_ids:
+        raise ValueError("the user's tokens are not contiguous in the chat prompt")
+    return ids, list(range(start, start + len(user_ids))), 1
+
+
+def answer_span(tokenizer, generated: list[int], answer: str) -> tuple[int, int] | None:
+    """The inclusive token span of the first whole-word occurrence of ``answer`` in the decoded
+    generation, or None when the model did not give it."""
+    word = answer.strip()
+    pieces = [tokenizer.decode(generated[: i + 1]) for i in range(len(generated))]
+    text = pieces[-1] if pieces else ""
+    m = re.search(rf"(?<![\w]){re.escape(word)}(?![\w])", text)
+    if m is None:
+        return None
+    first = next(i for i, p in enumerate(pieces) if len(p) > m.start())
+    last = next(i for i, p in enumerate(pieces) if len(p) >= m.end())
+    return first, last
+
+
+def build_items(tasks, lengths, n_items, tokenizer, seed, filler_file: Path = FILLER) -> list:
+    from attnflow.answer import arithmetic_items, multihop_items, retrieval_items
+
+    items = []
+    for task in tasks:
+        if task == "arithmetic":
+            items += arithmetic_items(n_items, seed=seed)
+        elif task == "multihop":
+            items += multihop_items(n_items, seed=seed)
+        elif task == "retrieval":
+            filler = [r.split("\t")[0] for r in filler_file.read_text().splitlines()[1:]]
+            for length in lengths:
+                items += retrieval_items(filler, tokenizer, n=n_items, length=length, seed=seed)
+        else:
+            raise SystemExit(f"--tasks: unknown {task!r}; the tasks are arithmetic, multihop, retrieval")
+    return items
+
+
+def measured(device: str, call):
+    """(result, seconds, peak bytes) of ``call()``; out of memory is (None, None, None)."""
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        held = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+    try:
+        with Peak() as peak:
+            got = call()
+            if device == "cuda":
+                torch.cuda.synchronize()
+    except torch.OutOfMemoryError:
+        return None, None, None
+    extra = torch.cuda.max_memory_allocated() - held if device == "cuda" else peak.extra
+    return got, peak.seconds, extra
+
+
+def attribute(tool, model, tokenizer, tracer, ids, generated, span, prompt, user, device, attention):
+    """The user tokens' weights (len(user),) by one tool, with its seconds and peak."""
+    from attnflow.answer import span_attribution
+
+    if tool == "flashtrace":
+        target = tokenizer.decode(generated)
+        reasoning = (0, span[0] - 1) if span[0] > 0 else None
+
+        def call():
+            model.set_attn_implementation(attention["flashtrace"])
+            try:
+                trace = tracer.trace(prompt=prompt, target=target, output_span=span, reasoning_span=reasoning)
+            finally:
+                model.set_attn_implementation("sdpa")
+            return np.asarray(trace.scores, dtype=np.float64)
+
+        got, seconds, peak = measured(device, call)
+        if got is not None and got.shape != (len(user),):
+            raise RuntimeError(f"FlashTrace scored {got.shape[0]} user tokens, attnflow has {len(user)}")
+        return got, seconds, peak
+    kwargs = {"span": span, "attention": attention["attnlrp"]}
+    if tool == "rollout":
+        kwargs.update(sinks="auto", receptive_field="uniform")
+    got, seconds, peak = measured(
+        device, lambda: span_attribution(model, tokenizer, ids, generated, tool, **kwargs)
+    )
+    return (None if got is None else got[user]), seconds, peak
+
+
+def bootstrap(values, n_boot=2000, seed=0) -> tuple[float, float, float]:
+    """(mean, 2.5 %, 97.5 %) of a percentile bootstrap over items; NaNs dropped."""
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=np.float64)
+    if v.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    means = v[rng.integers(0, v.size, (n_boot, v.size))].mean(axis=1)
+    return float(v.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def summarise(rows: list[dict]) -> list[dict]:
+    """One row per (task, length, tool): means and intervals, and the paired difference to FlashTrace."""
+    out = []
+    groups = sorted({(r["task"], r["length"]) for r in rows}, key=lambda g: (g[0], g[1] or 0))
+    for task, length in groups:
+        here = [r for r in rows if r["task"] == task and r["length"] == length]
+        ft = {r["item"]: r for r in here if r["tool"] == "flashtrace"}
+        for tool in TOOLS:
+            mine = [r for r in here if r["tool"] == tool]
+            if not mine:
+                continue
+            row = {"task": task, "length": length, "tool": tool, "items": len(mine),
+                   "out_of_memory": sum(1 for r in mine if r.get("out_of_memory"))}  # fmt: skip
+            for key in ("rise", "mas", "recovery@10%", "seconds", "peak_bytes"):
+                row[key] = bootstrap([r.get(key) for r in mine])
+                if tool != "flashtrace" and key in ("rise", "mas", "recovery@10%", "seconds"):
+                    pairs = [r[key] - ft[r["item"]][key] for r in mine
+                             if r["item"] in ft and r.get(key) is not None and ft[r["item"]].get(key) is not None]  # fmt: skip
+                    row[f"{key}_minus_flashtrace"] = bootstrap(pairs)
+            out.append(row)
+    return out
+
+
+def _fmt(ci, scale=1.0, digits=3) -> str:
+    m, lo, hi = (x * scale for x in ci)
+    if not np.isfinite(m):
+        return ""
+    return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def tables(summary: list[dict], meta: dict) -> str:
+    lines = [
+        f"`{meta['command']}` — {meta['model']}, {meta['device_name']}, torch {meta['torch']}, "
+        f"load {meta['load_before'][0]:.2f}; deletion: {meta['deletion']}.",
+        "",
+    ]
+    for task, length in sorted({(r["task"], r["length"]) for r in summary}, key=lambda g: (g[0], g[1] or 0)):
+        kept = meta["kept"].get(f"{task}/{length}", {})
+        head = f"{task}" + (f", {length:,} tokens" if length else "")
+        what = "timed (random weights: not scored)" if meta["timing_only"] else "answered right and scored"
+        lines += [f"**{head}** — {kept.get('kept', '?')} of {kept.get('built', '?')} items {what}", "",
+                  "| method | RISE ↓ | MAS ↓ | recovery@10 % ↑ | s / item | peak MB | ΔRISE vs FT | ΔMAS vs FT | Δs vs FT |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+        for r in (r for r in summary if r["task"] == task and r["length"] == length):
+            oom = f" ({r['out_of_memory']} out of memory)" if r["out_of_memory"] else ""
+            lines.append(
+                f"| {r['tool']}{oom} | {_fmt(r['rise'])} | {_fmt(r['mas'])} | {_fmt(r['recovery@10%'])} | "
+                f"{_fmt(r['seconds'], digits=2)} | {_fmt(r['peak_bytes'], 1 / 2**20, 0)} | "
+                f"{_fmt(r.get('rise_minus_flashtrace', (np.nan,) * 3))} | {_fmt(r.get('mas_minus_flashtrace', (np.nan,) * 3))} | "
+                f"{_fmt(r.get('seconds_minus_flashtrace', (np.nan,) * 3), digits=2)} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def load(args):
+    """(model, tokenizer, name): SmolLM2 (the packaged LM) or a random-weight Llama of --shape with
+    SmolLM2's tokenizer (or the tokenizer folder ``--tokenizer``)."""
+    import torch
+
+    if args.shape is None:
+        from attnflow.hf.loading import load_model
+
+        lm, tokenizer = load_model("smollm2")[:2]
+        return lm.to(args.device).eval(), tokenizer, "SmolLM2-135M-Instruct"
+    from model_scale import build
+    from transformers import AutoTokenizer
+
+    from attnflow.models.names import resolve_lm
+
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or resolve_lm("smollm2"))
+    model = build(args.shape, args.device, getattr(torch, args.dtype), min_vocab=len(tokenizer))
+    return model, tokenizer, f"random-weight Llama ({args.shape} shape, {args.dtype}), SmolLM2's tokenizer"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    import torch
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", default="arithmetic,multihop,retrieval")
+    ap.add_argument("--lengths", default="256,512", help="retrieval prompt tokens, comma-separated")
+    ap.add_argument("--items", type=int, default=16, help="items built per task (and length)")
+    ap.add_argument("--methods", default=",".join(TOOLS))
+    ap.add_argument("--steps", type=int, default=24, help="deletion counts scored past --full-curve tokens")
+    ap.add_argument("--full-curve", type=int, default=96, help="every deletion count up to this many tokens")
+    ap.add_argument("--flashtrace-recompute", action="store_true", help="FlashTrace's recompute_attention")
+    ap.add_argument(
+        "--shape", default=None, help="a random-weight Llama (model_scale.py): time and memory only"
+    )
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--budget-s", type=float, default=300.0, help="a method slower than this skips longer inputs"
+    )
+    ap.add_argument("--tokenizer", default=None, help="with --shape: a tokenizer folder (default SmolLM2's)")
+    ap.add_argument("--filler", type=Path, default=FILLER, help="SST-2's train.tsv: the retrieval filler")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    tools = args.methods.split(",")
+    if unknown := sorted(set(tools) - set(TOOLS)):
+        ap.error(f"--methods: unknown {', '.join(unknown)}; the methods are {', '.join(TOOLS)}")
+    tasks, lengths = args.tasks.split(","), [int(n) for n in args.lengths.split(",")]
+    timing_only = args.shape is not None
+    if timing_only:
+        tasks = ["retrieval"]
+    model, tokenizer, name = load(args)
+    ft = flashtrace_module()
+    tracer = ft.FlashTrace(
+        model, tokenizer, use_chat_template=True, recompute_attention=args.flashtrace_recompute
+    )
+    attention = {"attnlrp": "sdpa", "flashtrace": "sdpa" if args.flashtrace_recompute else "eager"}
+    items = build_items(tasks, lengths, args.items, tokenizer, args.seed, args.filler)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    rows, kept, slow, warm = [], {}, set(), set()
+    for k, item in enumerate(items):
+        length = item.meta.get("length")
+        group = kept.setdefault(f"{item.task}/{length}", {"built": 0, "kept": 0})
+        group["built"] += 1
+        ids, user, shift = chat_prompt(tokenizer, item.prompt)
+        if timing_only:
+            generated = tokenizer(item.answer.strip(), add_special_tokens=False)["input_ids"]
+            span = (0, len(generated) - 1)
+        else:
+            with torch.no_grad():
+                out = model.generate(torch.tensor([ids], device=args.device), max_new_tokens=MAX_NEW_TOKENS,
+                                     do_sample=False, pad_token_id=pad)  # fmt: skip
+            generated = out[0, len(ids) :].tolist()
+            span = answer_span(tokenizer, generated, item.answer)
+            if span is None:
+                continue
+            generated = generated[: span[1] + 1]
+            if tokenizer(tokenizer.decode(generated), add_special_tokens=False)["input_ids"] != generated:
+                group["retokenized"] = group.get("retokenized", 0) + 1  # FlashTrace re-tokenizes the text
+                continue
+        group["kept"] += 1
+        from attnflow.answer import gold_positions, guided_deletion, recovery_at
+
+        gold = [
+            user[0] + i
+            for i in gold_positions(
+                tokenizer, " " + item.prompt, [(a + shift, b + shift) for a, b in item.gold]
+            )
+        ]
+        gold_user = [g - user[0] for g in gold]
+        protect = [j for j in range(len(ids)) if j not in set(user)]
+        for tool in tools:
+            if (tool, length) in slow:
+                continue
+            if tool not in warm:  # the first call of each tool loads kernels and libraries: not timed
+                attribute(
+                    tool,
+                    model,
+                    tokenizer,
+                    tracer,
+                    ids,
+                    generated,
+                    span,
+                    item.prompt,
+                    user,
+                    args.device,
+                    attention,
+                )
+                warm.add(tool)
+            w, seconds, peak = attribute(tool, model, tokenizer, tracer, ids, generated, span, item.prompt, user,
+                                         args.device, attention)  # fmt: skip
+            row = {"item": k, "task": item.task, "length": length, "tool": tool, "prompt_tokens": len(ids),
+                   "user_tokens": len(user), "span": list(span)}  # fmt: skip
+            if w is None:
+                row["out_of_memory"] = True
+                slow |= {(tool, n) for n in lengths if length is not None and n >= length}
+            else:
+                row.update(seconds=seconds, peak_bytes=float(peak), finite=bool(np.isfinite(w).all()))
+                if seconds > args.budget_s:
+                    slow |= {(tool, n) for n in lengths if length is not None and n > length}
+                if not timing_only:
+                    full = np.zeros(len(ids))
+                    full[user] = np.nan_to_num(w)
+                    steps = None if len(user) <= args.full_curve else args.steps
+                    row.update(guided_deletion(model, ids, generated, full, pad_id=pad, protect=protect,
+                                               steps=steps, span=span))  # fmt: skip
+                    row["recovery@10%"] = recovery_at(w, gold_user, 0.1)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    summary = summarise(rows)
+    meta = {
+        "command": " ".join(["python benchmarks/answer_side_by_side.py", *(argv if argv is not None else sys.argv[1:])]),
+        "model": name, "device": args.device, "torch": torch.__version__, "flashtrace": ft.__version__
+        if hasattr(ft, "__version__") else _version("flashtrace"), "load_before": os.getloadavg(),
+        "device_name": torch.cuda.get_device_name() if args.device == "cuda" else f"CPU ({os.cpu_count()} CPUs, {_isa()})",
+        "deletion": "not scored (random weights)" if timing_only else
+        f"every count up to {args.full_curve} user tokens, else {args.steps} + 1 counts interpolated",
+        "kept": kept, "attention": attention, "seed": args.seed, "timing_only": timing_only,
+    }  # fmt: skip
+    result = {"meta": meta, "rows": rows, "summary": summary}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    tmp.replace(args.out)
+    print(tables(summary, meta))
+    return result
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import version
+
+    return version(dist)
+
+
+def _isa() -> str:
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()
+
+
+if __name__ == "__main__":
+    main()

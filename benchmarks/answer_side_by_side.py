@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import types
 from pathlib import Path
@@ -52,8 +51,6 @@ RESULTS = ROOT / "benchmarks" / "results" / "answer_side_by_side.json"
 FILLER = ROOT.parent / "shared" / "data" / "sst2" / "glue_SST-2" / "train.tsv"
 ATTNFLOW_METHODS = ("input_gradients", "integrated_gradients", "attnlrp", "rollout")
 TOOLS = (*ATTNFLOW_METHODS, "flashtrace")
-MAX_NEW_TOKENS = 32
-TEMPLATE = "Context:{context}\n\n\nQuery: {query}"  # FlashTrace's DEFAULT_PROMPT_TEMPLATE
 
 
 def flashtrace_module():
@@ -94,55 +91,6 @@ def flashtrace_module():
     return flashtrace
 
 
-def chat_prompt(tokenizer, prompt: str) -> tuple[list[int], list[int], int]:
-    """(ids, user positions, character offset of the prompt in the user text) as FlashTrace builds
-    them with ``use_chat_template=True``: user text " " + prompt, the template around it, the user
-    tokens found where the first of them first occurs."""
-    user = " " + prompt
-    text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": TEMPLATE.format(context=user, query="")}],
-        tokenize=False, add_generation_prompt=True, enable_thinking=False,
-    )  # fmt: skip
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    user_ids = tokenizer(user, add_special_tokens=False)["input_ids"]
-    start = ids.index(user_ids[0])
-    if ids[start : start + len(user_ids)] != user_ids:
-        raise ValueError("the user's tokens are not contiguous in the chat prompt")
-    return ids, list(range(start, start + len(user_ids))), 1
-
-
-def answer_span(tokenizer, generated: list[int], answer: str) -> tuple[int, int] | None:
-    """The inclusive token span of the first whole-word occurrence of ``answer`` in the decoded
-    generation, or None when the model did not give it."""
-    word = answer.strip()
-    pieces = [tokenizer.decode(generated[: i + 1]) for i in range(len(generated))]
-    text = pieces[-1] if pieces else ""
-    m = re.search(rf"(?<![\w]){re.escape(word)}(?![\w])", text)
-    if m is None:
-        return None
-    first = next(i for i, p in enumerate(pieces) if len(p) > m.start())
-    last = next(i for i, p in enumerate(pieces) if len(p) >= m.end())
-    return first, last
-
-
-def build_items(tasks, lengths, n_items, tokenizer, seed, filler_file: Path = FILLER) -> list:
-    from attnflow.answer import arithmetic_items, multihop_items, retrieval_items
-
-    items = []
-    for task in tasks:
-        if task == "arithmetic":
-            items += arithmetic_items(n_items, seed=seed)
-        elif task == "multihop":
-            items += multihop_items(n_items, seed=seed)
-        elif task == "retrieval":
-            filler = [r.split("\t")[0] for r in filler_file.read_text().splitlines()[1:]]
-            for length in lengths:
-                items += retrieval_items(filler, tokenizer, n=n_items, length=length, seed=seed)
-        else:
-            raise SystemExit(f"--tasks: unknown {task!r}; the tasks are arithmetic, multihop, retrieval")
-    return items
-
-
 def measured(device: str, call):
     """(result, seconds, peak bytes) of ``call()``; out of memory is (None, None, None)."""
     import torch
@@ -163,66 +111,21 @@ def measured(device: str, call):
     return got, peak.seconds, extra
 
 
-def attribute(tool, model, tokenizer, tracer, ids, generated, span, prompt, user, device, attention):
+def attribute(tool, model, tokenizer, tracer, ids, generated, span, prompt, user, device):
     """The user tokens' weights (len(user),) by one tool, with its seconds and peak."""
     from attnflow.answer import span_attribution
+    from attnflow.compare.flashtrace import flashtrace_weights
 
     if tool == "flashtrace":
-        target = tokenizer.decode(generated)
-        reasoning = (0, span[0] - 1) if span[0] > 0 else None
-
-        def call():
-            model.set_attn_implementation(attention["flashtrace"])
-            try:
-                trace = tracer.trace(prompt=prompt, target=target, output_span=span, reasoning_span=reasoning)
-            finally:
-                model.set_attn_implementation("sdpa")
-            return np.asarray(trace.scores, dtype=np.float64)
-
-        got, seconds, peak = measured(device, call)
-        if got is not None and got.shape != (len(user),):
-            raise RuntimeError(f"FlashTrace scored {got.shape[0]} user tokens, attnflow has {len(user)}")
-        return got, seconds, peak
-    kwargs = {"span": span, "attention": attention["attnlrp"]}
+        text = tokenizer.decode(generated)
+        return measured(device, lambda: flashtrace_weights(tracer, prompt, text, span, len(user)))
+    kwargs = {"span": span, "attention": "sdpa"}  # AttnLRP through the fused attention kernel
     if tool == "rollout":
         kwargs.update(sinks="auto", receptive_field="uniform")
     got, seconds, peak = measured(
         device, lambda: span_attribution(model, tokenizer, ids, generated, tool, **kwargs)
     )
     return (None if got is None else got[user]), seconds, peak
-
-
-def bootstrap(values, n_boot=2000, seed=0) -> tuple[float, float, float]:
-    """(mean, 2.5 %, 97.5 %) of a percentile bootstrap over items; NaNs dropped."""
-    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=np.float64)
-    if v.size == 0:
-        return float("nan"), float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    means = v[rng.integers(0, v.size, (n_boot, v.size))].mean(axis=1)
-    return float(v.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
-
-
-def summarise(rows: list[dict]) -> list[dict]:
-    """One row per (task, length, tool): means and intervals, and the paired difference to FlashTrace."""
-    out = []
-    groups = sorted({(r["task"], r["length"]) for r in rows}, key=lambda g: (g[0], g[1] or 0))
-    for task, length in groups:
-        here = [r for r in rows if r["task"] == task and r["length"] == length]
-        ft = {r["item"]: r for r in here if r["tool"] == "flashtrace"}
-        for tool in TOOLS:
-            mine = [r for r in here if r["tool"] == tool]
-            if not mine:
-                continue
-            row = {"task": task, "length": length, "tool": tool, "items": len(mine),
-                   "out_of_memory": sum(1 for r in mine if r.get("out_of_memory"))}  # fmt: skip
-            for key in ("rise", "mas", "recovery@10%", "seconds", "peak_bytes"):
-                row[key] = bootstrap([r.get(key) for r in mine])
-                if tool != "flashtrace" and key in ("rise", "mas", "recovery@10%", "seconds"):
-                    pairs = [r[key] - ft[r["item"]][key] for r in mine
-                             if r["item"] in ft and r.get(key) is not None and ft[r["item"]].get(key) is not None]  # fmt: skip
-                    row[f"{key}_minus_flashtrace"] = bootstrap(pairs)
-            out.append(row)
-    return out
 
 
 def _fmt(ci, scale=1.0, digits=3) -> str:
@@ -309,65 +212,38 @@ def main(argv: list[str] | None = None) -> dict:
     if timing_only:
         tasks = ["retrieval"]
     model, tokenizer, name = load(args)
-    ft = flashtrace_module()
-    tracer = ft.FlashTrace(
-        model, tokenizer, use_chat_template=True, recompute_attention=args.flashtrace_recompute
+    flashtrace_module()  # importable on an image without its unused imports
+    from attnflow.compare.flashtrace import tracer as make_tracer
+
+    tracer = make_tracer(model, tokenizer, recompute_attention=args.flashtrace_recompute)
+    from attnflow.answer import answer_target, build_items, item_scores
+
+    filler = (
+        [r.split("\t")[0] for r in args.filler.read_text().splitlines()[1:]] if "retrieval" in tasks else []
     )
-    attention = {"attnlrp": "sdpa", "flashtrace": "sdpa" if args.flashtrace_recompute else "eager"}
-    items = build_items(tasks, lengths, args.items, tokenizer, args.seed, args.filler)
+    items = build_items(
+        tasks, args.items, tokenizer=tokenizer, filler=filler, lengths=lengths, seed=args.seed
+    )
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     rows, kept, slow, warm = [], {}, set(), set()
     for k, item in enumerate(items):
         length = item.meta.get("length")
         group = kept.setdefault(f"{item.task}/{length}", {"built": 0, "kept": 0})
         group["built"] += 1
-        ids, user, shift = chat_prompt(tokenizer, item.prompt)
-        if timing_only:
-            generated = tokenizer(item.answer.strip(), add_special_tokens=False)["input_ids"]
-            span = (0, len(generated) - 1)
-        else:
-            with torch.no_grad():
-                out = model.generate(torch.tensor([ids], device=args.device), max_new_tokens=MAX_NEW_TOKENS,
-                                     do_sample=False, pad_token_id=pad)  # fmt: skip
-            generated = out[0, len(ids) :].tolist()
-            span = answer_span(tokenizer, generated, item.answer)
-            if span is None:
-                continue
-            generated = generated[: span[1] + 1]
-            if tokenizer(tokenizer.decode(generated), add_special_tokens=False)["input_ids"] != generated:
-                group["retokenized"] = group.get("retokenized", 0) + 1  # FlashTrace re-tokenizes the text
-                continue
+        target = answer_target(model, tokenizer, item, pad_id=pad, teacher_forced=timing_only)
+        if isinstance(target, str):  # why the item is not scored
+            group[target] = group.get(target, 0) + 1
+            continue
         group["kept"] += 1
-        from attnflow.answer import gold_positions, guided_deletion, recovery_at
-
-        gold = [
-            user[0] + i
-            for i in gold_positions(
-                tokenizer, " " + item.prompt, [(a + shift, b + shift) for a, b in item.gold]
-            )
-        ]
-        gold_user = [g - user[0] for g in gold]
-        protect = [j for j in range(len(ids)) if j not in set(user)]
+        ids, user, generated, span = target
+        call = (model, tokenizer, tracer, ids, generated, span, item.prompt, user, args.device)
         for tool in tools:
             if (tool, length) in slow:
                 continue
             if tool not in warm:  # the first call of each tool loads kernels and libraries: not timed
-                attribute(
-                    tool,
-                    model,
-                    tokenizer,
-                    tracer,
-                    ids,
-                    generated,
-                    span,
-                    item.prompt,
-                    user,
-                    args.device,
-                    attention,
-                )
+                attribute(tool, *call)
                 warm.add(tool)
-            w, seconds, peak = attribute(tool, model, tokenizer, tracer, ids, generated, span, item.prompt, user,
-                                         args.device, attention)  # fmt: skip
+            w, seconds, peak = attribute(tool, *call)
             row = {"item": k, "task": item.task, "length": length, "tool": tool, "prompt_tokens": len(ids),
                    "user_tokens": len(user), "span": list(span)}  # fmt: skip
             if w is None:
@@ -378,29 +254,27 @@ def main(argv: list[str] | None = None) -> dict:
                 if seconds > args.budget_s:
                     slow |= {(tool, n) for n in lengths if length is not None and n > length}
                 if not timing_only:
-                    full = np.zeros(len(ids))
-                    full[user] = np.nan_to_num(w)
                     steps = None if len(user) <= args.full_curve else args.steps
-                    row.update(guided_deletion(model, ids, generated, full, pad_id=pad, protect=protect,
-                                               steps=steps, span=span))  # fmt: skip
-                    row["recovery@10%"] = recovery_at(w, gold_user, 0.1)
+                    row.update(item_scores(model, tokenizer, item, target, w, pad_id=pad, steps=steps))
             rows.append(row)
             print(json.dumps(row), flush=True)
+    from attnflow.answer import summarise
+
     summary = summarise(rows)
     meta = {
         "command": " ".join(["python benchmarks/answer_side_by_side.py", *(argv if argv is not None else sys.argv[1:])]),
-        "model": name, "device": args.device, "torch": torch.__version__, "flashtrace": ft.__version__
-        if hasattr(ft, "__version__") else _version("flashtrace"), "load_before": os.getloadavg(),
+        "model": name, "device": args.device, "torch": torch.__version__, "flashtrace": _version("flashtrace"), "load_before": os.getloadavg(),
         "device_name": torch.cuda.get_device_name() if args.device == "cuda" else f"CPU ({os.cpu_count()} CPUs, {_isa()})",
         "deletion": "not scored (random weights)" if timing_only else
         f"every count up to {args.full_curve} user tokens, else {args.steps} + 1 counts interpolated",
-        "kept": kept, "attention": attention, "seed": args.seed, "timing_only": timing_only,
+        "kept": kept, "seed": args.seed,
+        "attention": {"attnflow": "sdpa", "flashtrace": "sdpa, recomputed" if args.flashtrace_recompute else "eager"}, "timing_only": timing_only,
     }  # fmt: skip
     result = {"meta": meta, "rows": rows, "summary": summary}
+    from attnflow.io import write_json
+
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    tmp.replace(args.out)
+    write_json(args.out, result)  # atomically; NaN as null
     print(tables(summary, meta))
     return result
 

@@ -183,10 +183,10 @@ def main(argv: list[str] | None = None) -> dict:
             print(json.dumps(rows[-1]), flush=True)
     meta["load_after"] = os.getloadavg()
     result = {"meta": meta, "rows": rows}
+    from attnflow.io import write_json
+
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    tmp.replace(args.out)
+    write_json(args.out, result)  # atomically; NaN as null
     print(table(rows, meta))
     return result
 

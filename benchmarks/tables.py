@@ -8,7 +8,9 @@ Each table sits between ``<!-- benchmarks:NAME -->`` and ``<!-- /benchmarks:NAME
 from ``flow_speed.json`` (every figure as a ratio against the baseline timed in the same run),
 ``cold`` from ``cold_start.json``, ``long`` (docs/long-inputs.md only) from ``long_inputs.json`` and
 ``generation`` (the same page) from ``long_generation.json`` (written by the archived
-``long_generation.py``: results/ARCHIVE.md).
+``long_generation.py``: results/ARCHIVE.md), ``scale`` (the same page) from ``model_scale*.json``,
+``answer`` and ``answer_gpu`` (docs/answer-attribution.md) from ``answer_side_by_side*.json`` (the
+tables that ``model_scale.py`` and ``answer_side_by_side.py`` print, from the same functions).
 The numbers are never typed by hand, so the documents say what the last committed run measured.
 """
 
@@ -21,12 +23,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the sibling benchmarks whose table functions are reused
 RESULTS = ROOT / "benchmarks" / "results"
 # Each document and the tables it holds.
 DOCUMENTS = {
     ROOT / "README.md": ("flow", "cold"),
     ROOT / "docs" / "performance.md": ("flow", "cold"),
-    ROOT / "docs" / "long-inputs.md": ("long", "generation"),
+    ROOT / "docs" / "long-inputs.md": ("long", "generation", "scale"),
+    ROOT / "docs" / "answer-attribution.md": ("answer", "answer_gpu"),
 }
 
 
@@ -156,10 +160,51 @@ def _load(load: list[float] | None) -> str:
     return "n/a" if not load else " ".join(f"{x:.2f}" for x in load)
 
 
+def scale_table(runs: list[dict], before: list[dict]) -> str:
+    """The model_scale.py runs (each its own table), and the rollout rows measured before the GPU
+    block size (``before``: the rows a killed run printed)."""
+    from model_scale import table
+
+    parts = [table(run["rows"], run["meta"]) for run in runs]
+    if before:
+        rows = ", ".join(f"{r['tokens']:,} tokens {r['seconds']:.1f} s" for r in before)
+        parts.append(f"Before the GPU block size (16 MiB blocks on the GPU too), rollout with sinks: {rows}.")
+    return "\n\n".join(parts)
+
+
+def answer_table(result: dict, extra_rows: list[dict] | None = None) -> str:
+    """An answer_side_by_side.py run as it prints it; ``extra_rows``: rows of an earlier run on the
+    same machine whose process ended before it wrote its file (summarised with these)."""
+    from answer_side_by_side import tables
+
+    from attnflow.answer import summarise
+
+    rows = [*(extra_rows or []), *result["rows"]]
+    text = tables(summarise(rows), result["meta"])
+    if extra_rows:
+        lengths = sorted({r["length"] for r in extra_rows})
+        text += (f"\nThe {', '.join(f'{n:,}' for n in lengths)}-token rows come from an earlier run on the same "
+                 "machine (rollout among its methods), whose process the host stopped, out of memory, when "
+                 "rollout's classic capture reached that length; the run above left rollout out.\n")  # fmt: skip
+    return text
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
 def rendered() -> dict[str, str]:
     """Table name -> its markdown, from the committed results."""
     read = lambda name: json.loads((RESULTS / name).read_text(encoding="utf-8"))  # noqa: E731
     return {
+        "scale": scale_table(
+            [read("model_scale_rollout.json"), read("model_scale.json")],
+            _jsonl(RESULTS / "model_scale_rollout_before.jsonl"),
+        ),
+        "answer": answer_table(read("answer_side_by_side.json")),
+        "answer_gpu": answer_table(
+            read("answer_side_by_side_8b.json"), _jsonl(RESULTS / "answer_side_by_side_8b_5000.jsonl")
+        ),
         "flow": flow_table(read("flow_speed.json")),
         "cold": cold_table(read("cold_start.json")),
         "long": long_table(read("long_inputs.json")),

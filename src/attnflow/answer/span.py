@@ -56,12 +56,14 @@ def explained_span(n_answer: int, span: tuple[int, int] | None) -> tuple[int, in
 
 
 def _summed_logits(logits: Any, sequence: Sequence[int], n_prompt: int, span: tuple[int, int]) -> Any:
-    """Σ_{t=s..e} z[P + t − 1, a_t] of (1, T, V) logits; (batch of such) -> (B,)."""
+    """Σ_{t=s..e} z[P + t − 1, a_t] of (B, R, V) logits, R the last R positions of the input
+    sequence[:-1] (all of them, or those the model was asked to keep) -> (B,)."""
     import torch
 
     s, e = span
+    base = len(sequence) - 1 - logits.shape[1]  # the position of logits' first row
     targets = torch.tensor(sequence[n_prompt + s : n_prompt + e + 1], device=logits.device)  # (n,)
-    rows = logits[:, n_prompt - 1 + s : n_prompt + e]  # (B, n, V)
+    rows = logits[:, n_prompt - 1 + s - base : n_prompt + e - base]  # (B, n, V)
     return rows.gather(2, targets[None, :, None].expand(rows.shape[0], len(targets), 1))[..., 0].sum(-1)
 
 
@@ -81,7 +83,7 @@ def _embedding_gradient(
     import torch
 
     from attnflow.devices import model_device
-    from attnflow.modes import eval_mode
+    from attnflow.modes import eval_mode, keeps_logits
 
     device = model_device(model)
     ids = torch.tensor([sequence[:-1]], device=device)
@@ -91,7 +93,9 @@ def _embedding_gradient(
         scaled = (alphas * embeds).requires_grad_(True)  # (K, T - 1, D)
         mask = torch.ones(scaled.shape[:2], dtype=torch.long, device=device)
         with rules if rules is not None else nullcontext():
-            logits = model(inputs_embeds=scaled, attention_mask=mask).logits
+            # the rows from the first explained token's on: no (T, V) logits and no gradient of them
+            kept = {"logits_to_keep": len(sequence) - n_prompt - span[0]} if keeps_logits(model) else {}
+            logits = model(inputs_embeds=scaled, attention_mask=mask, **kept).logits
             y = _summed_logits(logits, sequence, n_prompt, span)
             (grad,) = torch.autograd.grad(y.sum(), scaled)
     relevance = (embeds[0] * grad.mean(0)).sum(-1)  # (T - 1,)

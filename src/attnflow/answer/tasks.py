@@ -22,7 +22,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["AnswerItem", "arithmetic_items", "gold_positions", "multihop_items", "retrieval_items"]
+__all__ = [
+    "TASKS",
+    "AnswerItem",
+    "arithmetic_items",
+    "build_items",
+    "gold_positions",
+    "multihop_items",
+    "retrieval_items",
+]
+
+TASKS = ("arithmetic", "multihop", "retrieval")
 
 NAMES = ("Anna", "Ben", "Clara", "David", "Emma", "Felix", "Grace", "Henry", "Iris", "Jack", "Lena", "Mark")
 OBJECTS = ("apple", "book", "coin", "pencil", "card", "stone", "shell", "ticket")
@@ -114,4 +124,24 @@ def retrieval_items(
         at = len(head) + fact.index(value)
         items.append(AnswerItem("retrieval", prompt, f" {value}", ((at, at + len(value)),),
                                 {"depth": depth, "length": length, "key": key}))  # fmt: skip
+    return items
+
+
+def build_items(
+    tasks: Sequence[str], n: int, *, tokenizer: Any = None, filler: Sequence[str] = (),
+    lengths: Sequence[int] = (), seed: int = 0,
+) -> list[AnswerItem]:  # fmt: skip
+    """``n`` items of each task in ``tasks`` (TASKS), retrieval once per prompt length in ``lengths``
+    (it needs the tokenizer and the filler sentences)."""
+    if unknown := sorted(set(tasks) - set(TASKS)):
+        raise ValueError(f"unknown answer task(s) {unknown}; the tasks are {', '.join(TASKS)}")
+    items: list[AnswerItem] = []
+    for task in tasks:
+        if task == "arithmetic":
+            items += arithmetic_items(n, seed=seed)
+        elif task == "multihop":
+            items += multihop_items(n, seed=seed)
+        else:
+            for length in lengths:
+                items += retrieval_items(filler, tokenizer, n=n, length=length, seed=seed)
     return items

@@ -7,6 +7,8 @@
   `integrated_gradients`, IG × input per token through captum's ``LayerIntegratedGradients``.
 - ``attnflow.compare.ferret``: `AttnflowExplainer`, a ferret ``BaseExplainer`` for ferret's
   ``Benchmark`` (AOPC comprehensiveness / sufficiency, τ-LOO).
+- ``attnflow.compare.flashtrace``: FlashTrace's weights of a generated span on the token ids of
+  `attnflow.answer` (``benchmarks/answer_side_by_side.py``).
 - `infidelity_masking`, `sensitivity_masking` (``perturb``): token-masking perturbations for
   captum's metrics on token ids.
 

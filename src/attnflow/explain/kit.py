@@ -160,11 +160,14 @@ def need_array(x: Any, name: str, p: Any, method: str) -> Any:
 
     t = arr if torch_in else torch.from_numpy(np.ascontiguousarray(arr))
     valid = p.valid if torch_in else torch.from_numpy(np.asarray(p.valid, dtype=bool))
-    for axis in record.token_axes:  # zero at padded tokens, along every token axis
-        shape = [1] * t.ndim
-        shape[0], shape[1 + axis] = valid.shape[0], valid.shape[1]
-        t = t.masked_fill(~valid.to(t.device).reshape(shape), 0.0)
-    if not bool(torch.isfinite(t).all()):
+    if not bool(valid.all()):  # no padding: nothing to zero (a copy of the whole need spared)
+        for axis in record.token_axes:  # zero at padded tokens, along every token axis
+            shape = [1] * t.ndim
+            shape[0], shape[1 + axis] = valid.shape[0], valid.shape[1]
+            t = t.masked_fill(~valid.to(t.device).reshape(shape), 0.0)
+    # finite everywhere iff the sum is: one reduction, no (B, L, H, T, D) mask (a sum of finite
+    # activations does not overflow; a NaN or inf anywhere makes it NaN or inf)
+    if not bool(torch.isfinite(t.sum())):
         raise ValueError(f"{name} holds NaN or inf at real tokens")
     arr = t if torch_in else t.numpy()
     return arr

@@ -206,3 +206,16 @@ def test_the_deletion_curve_of_a_span_sums_only_its_tokens_log_probs():
     whole = deletion_scores(model, PROMPT, ANSWER, w, pad_id=0)
     first = deletion_scores(model, PROMPT, ANSWER, w, pad_id=0, span=(0, last - 1))
     assert np.allclose(whole, first + scores)
+
+
+@pytest.mark.parametrize("method", ["input_gradients", "attnlrp"])
+def test_keeping_only_the_explained_rows_logits_changes_no_value(method, monkeypatch):
+    """The gradient methods ask the model for the logits from the first explained token's row on
+    (no (T, V) logits, no gradient of them); the weights are those of the full logits."""
+    import attnflow.modes
+
+    model = _llama()
+    kept = span_attribution(model, None, PROMPT, ANSWER, method, span=(1, len(ANSWER) - 1))
+    monkeypatch.setattr(attnflow.modes, "keeps_logits", lambda m: False)
+    full = span_attribution(model, None, PROMPT, ANSWER, method, span=(1, len(ANSWER) - 1))
+    np.testing.assert_allclose(kept, full, rtol=1e-6, atol=1e-9)

@@ -208,3 +208,25 @@ def test_decoders_get_attention_norm_and_a_clear_refusal_for_the_encoder_methods
     np.testing.assert_allclose(e.maps["attention_norm"], np.stack(last), rtol=TOL, atol=TOL)
     with pytest.raises(ValueError, match=r"is not defined for GPT2LMHeadModel \(family .gpt2.\)"):
         explain_text(model, CharTok(), "abcd", methods=["alti"])
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_a_need_with_nan_or_inf_at_a_real_token_is_refused_and_at_padding_zeroed(bad):
+    """The need check reduces the need to one sum: a NaN, an inf, or an inf beside a -inf (a NaN
+    sum) at a real token is refused; the same value at a padded token is zeroed, not refused."""
+    a = np.full((1, 1, 1, 3, 3), 1 / 3)
+    a[0, :, :, :, 2] = 0.0
+    a[0, :, :, 2, :] = 0.0
+    a = a * 1.5  # the two real tokens' rows sum to 1 (the third is padding)
+    f = np.ones((1, 1, 1, 3, 2))
+    mask = np.array([[True, True, False]])
+    f[0, 0, 0, 2, 0] = bad  # at the padded token
+    got = attention_norm_map(a, value_outputs=f, mask=mask)
+    assert np.isfinite(got).all() and (got[..., 2, :] == 0).all()
+    f[0, 0, 0, 1, 0] = bad  # at a real token
+    with pytest.raises(ValueError, match="value_outputs holds NaN or inf"):
+        attention_norm_map(a, value_outputs=f, mask=mask)
+    f = np.ones((1, 1, 1, 3, 2))
+    f[0, 0, 0, 0, 0], f[0, 0, 0, 1, 1] = np.inf, -np.inf  # the sum is NaN, not inf
+    with pytest.raises(ValueError, match="NaN or inf"):
+        attention_norm_map(a, value_outputs=f, mask=mask)

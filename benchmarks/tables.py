@@ -9,8 +9,9 @@ from ``flow_speed.json`` (every figure as a ratio against the baseline timed in 
 ``cold`` from ``cold_start.json``, ``long`` (docs/long-inputs.md only) from ``long_inputs.json`` and
 ``generation`` (the same page) from ``long_generation.json`` (written by the archived
 ``long_generation.py``: results/ARCHIVE.md), ``scale`` (the same page) from ``model_scale*.json``,
-``answer`` and ``answer_gpu`` (docs/answer-attribution.md) from ``answer_side_by_side*.json`` (the
-tables that ``model_scale.py`` and ``answer_side_by_side.py`` print, from the same functions).
+``answer`` and ``answer_gpu`` (docs/answer-attribution.md) from ``answer_side_by_side*.json`` and
+``decomposition`` (docs/performance.md) from ``decomposition_cost.json`` (the tables those
+benchmarks print, from the same functions).
 The numbers are never typed by hand, so the documents say what the last committed run measured.
 """
 
@@ -28,7 +29,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 # Each document and the tables it holds.
 DOCUMENTS = {
     ROOT / "README.md": ("flow", "cold"),
-    ROOT / "docs" / "performance.md": ("flow", "cold"),
+    ROOT / "docs" / "performance.md": ("flow", "cold", "decomposition"),
     ROOT / "docs" / "long-inputs.md": ("long", "generation", "scale"),
     ROOT / "docs" / "answer-attribution.md": ("answer", "answer_gpu"),
 }
@@ -172,21 +173,31 @@ def scale_table(runs: list[dict], before: list[dict]) -> str:
     return "\n\n".join(parts)
 
 
-def answer_table(result: dict, extra_rows: list[dict] | None = None) -> str:
-    """An answer_side_by_side.py run as it prints it; ``extra_rows``: rows of an earlier run on the
-    same machine whose process ended before it wrote its file (summarised with these)."""
+def answer_table(
+    result: dict, extra_rows: list[dict] | None = None, extra_note: str = "", extra_built: int | str = "?"
+) -> str:
+    """An answer_side_by_side.py run as it prints it; ``extra_rows``: the rows an earlier run on the
+    same machine printed before its process ended (summarised with these; its groups' counts are
+    the items it scored, of ``extra_built``), described by ``extra_note``."""
     from answer_side_by_side import tables
 
     from attnflow.answer import summarise
 
     rows = [*(extra_rows or []), *result["rows"]]
-    text = tables(summarise(rows), result["meta"])
-    if extra_rows:
-        lengths = sorted({r["length"] for r in extra_rows})
-        text += (f"\nThe {', '.join(f'{n:,}' for n in lengths)}-token rows come from an earlier run on the same "
-                 "machine (rollout among its methods), whose process the host stopped, out of memory, when "
-                 "rollout's classic capture reached that length; the run above left rollout out.\n")  # fmt: skip
-    return text
+    meta = dict(result["meta"])
+    scored: dict[str, set] = {}
+    for r in extra_rows or []:
+        scored.setdefault(f"{r['task']}/{r['length']}", set()).add(r["item"])
+    meta["kept"] = {**{k: {"kept": len(v), "built": extra_built} for k, v in scored.items()}, **meta["kept"]}
+    text = tables(summarise(rows), meta)
+    return text + (f"\n{extra_note}\n" if extra_rows else "")
+
+
+def decomposition_table(result: dict) -> str:
+    """The decomposition_cost.py run, as it prints it."""
+    from decomposition_cost import table
+
+    return table(result)
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -201,9 +212,23 @@ def rendered() -> dict[str, str]:
             [read("model_scale_rollout.json"), read("model_scale.json")],
             _jsonl(RESULTS / "model_scale_rollout_before.jsonl"),
         ),
-        "answer": answer_table(read("answer_side_by_side.json")),
+        "answer": answer_table(
+            read("answer_side_by_side.json"),
+            _jsonl(RESULTS / "answer_side_by_side_short.jsonl"),
+            "The arithmetic, multihop and 256-token rows come from an earlier run on the same machine, "
+            "`python benchmarks/answer_side_by_side.py --tasks arithmetic,multihop,retrieval --lengths 256,512 "
+            "--items 24` (24 items built per task and length), which stopped at its 71st item: a prompt whose "
+            'first token merged with the chat template\'s (now left out as "template"; two of the 256-token '
+            "items). Its rows are those it printed; the 512-token rows are the run above.",
+            extra_built=24,
+        ),
+        "decomposition": decomposition_table(read("decomposition_cost.json")),
         "answer_gpu": answer_table(
-            read("answer_side_by_side_8b.json"), _jsonl(RESULTS / "answer_side_by_side_8b_5000.jsonl")
+            read("answer_side_by_side_8b.json"),
+            _jsonl(RESULTS / "answer_side_by_side_8b_5000.jsonl"),
+            "The 5,000-token rows come from an earlier run on the same machine (rollout among its "
+            "methods), whose process the host stopped, out of memory, when rollout's classic capture "
+            "reached that length; the run above left rollout out.",
         ),
         "flow": flow_table(read("flow_speed.json")),
         "cold": cold_table(read("cold_start.json")),

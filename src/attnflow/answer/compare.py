@@ -29,9 +29,9 @@ def answer_target(
     model: Any, tokenizer: Any, item: Any, *, pad_id: int, teacher_forced: bool = False
 ) -> tuple[list[int], list[int], list[int], tuple[int, int]] | str:
     """(chat prompt ids, user positions, generated ids up to the answer, the answer's inclusive
-    span in them), or why the item is left out: "wrong" (greedy decoding, at most MAX_NEW_TOKENS,
-    did not give the answer as a word) or "retokenized" (the generation's text does not give its
-    ids back; FlashTrace tokenizes text). teacher_forced: the expected answer is the generation
+    span in them), or why the item is left out: "template" (`chat_prompt` finds no contiguous user
+    span), "wrong" (greedy decoding, at most MAX_NEW_TOKENS, did not give the answer as a word) or
+    "retokenized" (the generation's text does not give its ids back; FlashTrace tokenizes text). teacher_forced: the expected answer is the generation
     (random weights: no answer to check)."""
     import torch
 
@@ -39,7 +39,10 @@ def answer_target(
 
     from .chat import answer_span, chat_prompt
 
-    ids, user = chat_prompt(tokenizer, item.prompt)
+    try:
+        ids, user = chat_prompt(tokenizer, item.prompt)
+    except ValueError:  # the template's tokens merge with the prompt's first: no clean user span
+        return "template"
     if teacher_forced:
         generated = tokenizer(item.answer.strip(), add_special_tokens=False)["input_ids"]
         return ids, user, generated, (0, len(generated) - 1)

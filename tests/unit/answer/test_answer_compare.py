@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
+FILLER = ROOT.parent / "shared" / "data" / "sst2" / "glue_SST-2" / "train.tsv"
 
 
 def _load(name: str):
@@ -67,6 +68,30 @@ def test_each_method_is_paired_with_flashtrace_on_its_own_items():
 def test_an_interval_of_no_values_is_nan_and_nans_are_dropped():
     assert all(np.isnan(bootstrap([])))
     assert bootstrap([1.0, float("nan"), None, 1.0]) == (1.0, 1.0, 1.0)
+
+
+@pytest.mark.lm
+def test_a_prompt_whose_first_token_merges_with_the_template_is_left_out_as_template():
+    """SmolLM2's template: two of the seed-0 retrieval prompts start so that "Context:" and their
+    first word tokenize together; FlashTrace would then attribute to shifted tokens."""
+    from transformers import AutoTokenizer
+
+    from attnflow.answer import answer_target, build_items, chat_prompt
+    from attnflow.models.names import resolve_lm
+
+    tok = AutoTokenizer.from_pretrained(resolve_lm("smollm2"))
+    filler = [r.split("\t")[0] for r in FILLER.read_text().splitlines()[1:]]
+    items = build_items(["retrieval"], 24, tokenizer=tok, filler=filler, lengths=[256], seed=0)
+    split = [
+        k
+        for k, item in enumerate(items)
+        if answer_target(None, tok, item, pad_id=0, teacher_forced=True) == "template"
+    ]
+    assert split == [22, 23]
+    with pytest.raises(ValueError, match="not contiguous"):
+        chat_prompt(tok, items[22].prompt)
+    ids, user = chat_prompt(tok, items[0].prompt)
+    assert tok.decode([ids[i] for i in user]) == " " + items[0].prompt
 
 
 @pytest.mark.slow

@@ -297,10 +297,33 @@ def test_the_stream_gives_the_captured_explanation(model, sinks, positions):
 def test_the_stream_refuses_what_it_cannot_compute_and_is_not_used_for_it(model):
     with pytest.raises(ValueError, match="stream=True cannot compute this explanation: the stream computes"):
         explain_generation(model, Tok(), PROMPT, max_new_tokens=2, methods=["chefer"], stream=True)
-    with pytest.raises(ValueError, match="receptive-field"):
-        explain_generation(model, Tok(), PROMPT, max_new_tokens=2, receptive_field="uniform", stream=True)
-    e = explain_generation(model, Tok(), PROMPT, max_new_tokens=2, receptive_field="uniform")  # captured
+    with pytest.raises(ValueError, match="receptive-field normalisation is"):
+        explain_generation(model, Tok(), PROMPT, max_new_tokens=2, receptive_field="column", stream=True)
+    with pytest.raises(ValueError, match="no uniform baseline of flow"):
+        explain_generation(
+            model, Tok(), PROMPT, max_new_tokens=2, methods=["flow"], receptive_field="uniform", stream=True
+        )
+    e = explain_generation(
+        model, Tok(), PROMPT, max_new_tokens=2, receptive_field="uniform"
+    )  # streamed: rollout
     assert e.maps["rollout"].shape == (2, len(PROMPT), 3)
+
+
+@pytest.mark.parametrize("sinks", ["none", "diagonal", "auto"])
+def test_the_stream_applies_the_uniform_receptive_field_as_the_capture_does(model, sinks):
+    """Long prompts with the decoder corrections: the uniform baseline's rows in closed form
+    (`uniform_rollout_rows`), no T x T matrix, equal to the captured path's."""
+    kwargs = dict(max_new_tokens=4, methods=["raw", "rollout"], sinks=sinks, receptive_field="uniform",
+                  sink_threshold=0.3, sink_min_rows=2, over="all")  # fmt: skip
+    captured = explain_generation(model, Tok(), PROMPT, stream=False, **kwargs)
+    streamed = explain_generation(
+        model, Tok(), PROMPT, stream=True, completion_ids=captured.generated_ids, **kwargs
+    )
+    plain = explain_generation(model, Tok(), PROMPT, **{**kwargs, "receptive_field": "none"},
+                               completion_ids=captured.generated_ids)  # fmt: skip
+    for m in ("raw", "rollout"):
+        np.testing.assert_allclose(streamed.maps[m], captured.maps[m], atol=1e-12, rtol=0, err_msg=m)
+    assert not np.allclose(streamed.maps["rollout"], plain.maps["rollout"])  # the correction did something
 
 
 def test_a_spec_object_asks_what_the_keywords_ask(model):

@@ -59,6 +59,7 @@ __all__ = [
     "normalize_receptive_field",
     "uniform_attention",
     "uniform_baseline",
+    "uniform_rollout_rows",
 ]
 
 
@@ -110,6 +111,37 @@ def uniform_baseline(
     pad = {} if p.full else {"mask": p.valid}
     base = explainer(u if p.batched else u[0], **pad, **kwargs)
     return base
+
+
+def uniform_rollout_rows(
+    tokens: int, rows: Sequence[int], *, layers: int, residual: float = 0.5
+) -> np.ndarray:
+    """(L, R, T) the rows ``rows`` of every layer of the rollout of causal uniform attention (the
+    "uniform" baseline of rollout on an unpadded causal input), without forming a T x T matrix.
+
+    With A = (1 - r) U + r I, U_ij = 1/(i+1) for j <= i, every layer's rollout row is
+    e_q A^l (l = 1..L), and a row vector times A costs O(T):
+
+        (v A)_j = (1 - r) Σ_{i >= j} v_i / (i + 1) + r v_j
+
+    (a suffix sum): O(L·R·T) in all, where `uniform_baseline` takes L products of T x T matrices.
+
+    >>> from attnflow.explain import attention_rollout
+    >>> full = uniform_baseline(attention_rollout, uniform_attention(7, layers=3), residual=0.3)
+    >>> bool(np.allclose(uniform_rollout_rows(7, [2, 6], layers=3, residual=0.3), full[:, [2, 6]]))
+    True
+    """
+    check_residual(residual)
+    r = float(residual)
+    idx = np.arange(tokens, dtype=np.float64)
+    v = np.zeros((len(rows), tokens))
+    v[np.arange(len(rows)), np.asarray(rows, dtype=int)] = 1.0
+    out = np.empty((layers, len(rows), tokens))
+    for layer in range(layers):
+        share = v / (idx + 1.0)
+        v = (1.0 - r) * np.cumsum(share[:, ::-1], axis=1)[:, ::-1] + r * v
+        out[layer] = v
+    return out
 
 
 def normalize_receptive_field(

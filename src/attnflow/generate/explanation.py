@@ -106,6 +106,21 @@ def _method_rows(
     return np.ascontiguousarray(maps[name])  # (L, R, T), laid out as the shares below expect
 
 
+def _streamed_field(full: np.ndarray, name: str, rows: list[int], field: str, residual: float) -> np.ndarray:
+    """A streamed (n, L, T) map with the receptive field ``field`` ("none" or "uniform") applied as
+    `attnflow.explain.causal_rollout` applies it: divided by the rollout of uniform attention at the
+    same rows (`uniform_rollout_rows`, no T x T matrix), rows rescaled to their sums; raw attention's
+    uniform baseline is constant on each row, so its rows are kept."""
+    if field == "none" or name == "raw":
+        return full
+    from attnflow.explain.receptive_field import normalize_receptive_field, uniform_rollout_rows
+
+    _, layers, tokens = full.shape
+    base = uniform_rollout_rows(tokens, rows, layers=layers, residual=residual)  # (L, n, T)
+    fixed = normalize_receptive_field(np.transpose(full, (1, 0, 2)), mode="uniform", baseline=base)
+    return np.ascontiguousarray(np.transpose(np.asarray(fixed), (1, 0, 2)))
+
+
 def _explanation(
     run: _Run,
     tokenizer: Any,
@@ -131,7 +146,9 @@ def _explanation(
     first: dict[str, np.ndarray] = {}
     for name in methods:
         if name in run.streamed:
-            full = run.streamed[name][mode]  # (n, L, T)
+            full = _streamed_field(
+                run.streamed[name][mode], name, rows, receptive_field, residual
+            )  # (n, L, T)
         elif name in run.gradient:
             full = run.gradient[name][(mode, receptive_field)]  # (n, L, T)
         elif name in run.model_maps:
@@ -220,6 +237,9 @@ def explain_generation(
     )[(sinks, receptive_field)]  # fmt: skip
 
 
+STREAM_RECEPTIVE_FIELDS = ("none", "uniform")  # the receptive fields the stream applies (`_streamed_field`)
+
+
 def _why_not_streamed(methods: Sequence[str], fields: Sequence[str], heads: str | int) -> str:
     """Why the stream cannot compute these maps ("" when it can)."""
     from attnflow.stream import STREAM_METHODS
@@ -228,8 +248,12 @@ def _why_not_streamed(methods: Sequence[str], fields: Sequence[str], heads: str 
         return f"the stream computes {', '.join(STREAM_METHODS)}, not {', '.join(other)}"
     if heads != "mean":
         return f"the stream mixes heads by their mean, not heads={heads!r}"
-    if list(fields) != ["none"]:
-        return "the stream has no receptive-field normalisation (receptive_field='none' only)"
+    if other := [f for f in fields if f not in STREAM_RECEPTIVE_FIELDS]:
+        return f"the stream's receptive-field normalisation is {STREAM_RECEPTIVE_FIELDS}, not {other}"
+    if "uniform" in fields and "flow" in methods:
+        return (
+            "the stream has no uniform baseline of flow (receptive_field='uniform' with raw and rollout only)"
+        )
     return ""
 
 

@@ -207,7 +207,11 @@ def main(argv: list[str] | None = None) -> dict:
     tools = args.methods.split(",")
     if unknown := sorted(set(tools) - set(TOOLS)):
         ap.error(f"--methods: unknown {', '.join(unknown)}; the methods are {', '.join(TOOLS)}")
+    from attnflow.answer import TASKS
+
     tasks, lengths = args.tasks.split(","), [int(n) for n in args.lengths.split(",")]
+    if unknown := sorted(set(tasks) - set(TASKS)):
+        ap.error(f"--tasks: unknown {', '.join(unknown)}; the tasks are {', '.join(TASKS)}")
     timing_only = args.shape is not None
     if timing_only:
         tasks = ["retrieval"]

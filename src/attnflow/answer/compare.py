@@ -31,8 +31,8 @@ def answer_target(
     """(chat prompt ids, user positions, generated ids up to the answer, the answer's inclusive
     span in them), or why the item is left out: "template" (`chat_prompt` finds no contiguous user
     span), "wrong" (greedy decoding, at most MAX_NEW_TOKENS, did not give the answer as a word) or
-    "retokenized" (the generation's text does not give its ids back; FlashTrace tokenizes text). teacher_forced: the expected answer is the generation
-    (random weights: no answer to check)."""
+    "retokenized" (the generation's text does not give its ids back; FlashTrace tokenizes text).
+    teacher_forced: the expected answer is the generation (random weights: no answer to check)."""
     import torch
 
     from attnflow.devices import model_device
@@ -80,18 +80,18 @@ def item_scores(
 
 
 def bootstrap(values: Iterable[Any], n_boot: int = N_BOOT, seed: int = 0) -> tuple[float, float, float]:
-    """(mean, 2.5 %, 97.5 %) of a percentile bootstrap of the mean over items; None and NaN dropped;
-    all NaN when nothing is left.
+    """(mean, 2.5 %, 97.5 %) of a percentile bootstrap of the mean over items
+    (`attnflow.metrics.versus_random.nested_bootstrap_mean` with the items as one group); None, NaN
+    and infinities dropped; all NaN when nothing is left.
 
     >>> bootstrap([1.0, None, float("nan"), 1.0])
     (1.0, 1.0, 1.0)
     """
-    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=np.float64)
-    if v.size == 0:
-        return float("nan"), float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    means = v[rng.integers(0, v.size, (n_boot, v.size))].mean(axis=1)
-    return float(v.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+    from attnflow.metrics.versus_random import nested_bootstrap_mean
+
+    v = np.asarray([np.nan if x is None else x for x in values], dtype=np.float64)
+    v[~np.isfinite(v)] = np.nan
+    return nested_bootstrap_mean([v], n_boot=n_boot, seed=seed)  # one group: the items
 
 
 def summarise(rows: Sequence[dict[str, Any]], reference: str = "flashtrace") -> list[dict[str, Any]]:

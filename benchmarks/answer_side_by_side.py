@@ -39,6 +39,7 @@ import json
 import os
 import sys
 import types
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -267,8 +268,8 @@ def main(argv: list[str] | None = None) -> dict:
     summary = summarise(rows)
     meta = {
         "command": " ".join(["python benchmarks/answer_side_by_side.py", *(argv if argv is not None else sys.argv[1:])]),
-        "model": name, "device": args.device, "torch": torch.__version__, "flashtrace": _version("flashtrace"), "load_before": os.getloadavg(),
-        "device_name": torch.cuda.get_device_name() if args.device == "cuda" else f"CPU ({os.cpu_count()} CPUs, {_isa()})",
+        "model": name, "device": args.device, "torch": torch.__version__, "flashtrace": metadata.version("flashtrace"), "load_before": os.getloadavg(),
+        "device_name": torch.cuda.get_device_name() if args.device == "cuda" else f"CPU ({os.cpu_count()} CPUs, {torch.backends.cpu.get_cpu_capability()})",
         "deletion": "not scored (random weights)" if timing_only else
         f"every count up to {args.full_curve} user tokens, else {args.steps} + 1 counts interpolated",
         "kept": kept, "seed": args.seed,
@@ -281,18 +282,6 @@ def main(argv: list[str] | None = None) -> dict:
     write_json(args.out, result)  # atomically; NaN as null
     print(tables(summary, meta))
     return result
-
-
-def _version(dist: str) -> str:
-    from importlib.metadata import version
-
-    return version(dist)
-
-
-def _isa() -> str:
-    import torch
-
-    return torch.backends.cpu.get_cpu_capability()
 
 
 if __name__ == "__main__":

@@ -1,9 +1,8 @@
 """Attention-flow speed against scipy's maximum_flow, timed in the same run.
 
-    python benchmarks/flow_speed.py              # full run, ~30 s on 2 cores (+ ~1 min to build --ref-rev)
+    python benchmarks/flow_speed.py              # full run, ~30 s on 2 cores
     python benchmarks/flow_speed.py --quick      # smaller workloads and subsamples (smoke test)
     python benchmarks/flow_speed.py --only busy  # one section (table1, allpairs, long, first, busy)
-    python benchmarks/flow_speed.py --ref-rev 8b2e771  # Table 1 also with that revision's build
 
 Baseline: scipy = `scipy.sparse.csgraph.maximum_flow(..., method="dinic")` per (source, sink) pair
 on the layered graph, capacities x SCIPY_SCALE rounded to integers (Dinic needs integers), timed on
@@ -39,7 +38,6 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -136,42 +134,6 @@ def row(figure, ours, unit, baseline, base, note="", target=None) -> dict:
     )
 
 
-# --ref-rev: Table 1 also timed with a revision's build (benchmarks/_gitref.build_at), in a
-# subprocess (pybind11 loads one build of a module per process), on the same attention.
-REF = {"rev": None}
-REF_TABLE1 = """
-import json, sys
-from pathlib import Path
-import numpy as np
-sys.path.insert(0, sys.argv[1])
-import _gitref
-_gitref.use_site(Path(sys.argv[2]))
-import flow_speed  # this file, now on the revision's attnflow
-attn, reps = np.load(sys.argv[3]), int(sys.argv[4])
-lib = flow_speed.lib
-single = flow_speed.best_seconds(lambda: [lib.attention_flow(a, sources=[0], normalize=False) for a in attn], reps)
-batch = flow_speed.best_seconds(lambda: lib.attention_flow(attn, sources=[0], normalize=False), reps * 4)
-print(json.dumps({"single": single, "batch": batch}))
-"""
-
-
-def table1_at_ref(attn: np.ndarray, reps: int) -> tuple[float, float]:
-    """Seconds for the Table-1 calls (one per sample, all in one) with the build of REF["rev"], timed
-    by this file's `best_seconds` in a process that imports that build."""
-    import _gitref
-
-    site = _gitref.build_at(REF["rev"])
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "attn.npy"
-        np.save(path, attn)
-        out = subprocess.run(
-            [sys.executable, "-c", REF_TABLE1, str(ROOT / "benchmarks"), str(site), str(path), str(reps)],
-            capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
-    times = json.loads(out.strip().splitlines()[-1])
-    return times["single"], times["batch"]
-
-
 def table1(rng, quick: bool) -> list[dict]:
     n_samples, n_layers, n_heads, tokens = 100, 6, 8, 20
     attn = random_attention(rng, (n_samples, n_layers, n_heads, tokens, tokens))
@@ -181,10 +143,6 @@ def table1(rng, quick: bool) -> list[dict]:
         best_seconds(lambda: [lib.attention_flow(a, sources=[0], normalize=False) for a in attn], reps) * per
     )
     t_batch = best_seconds(lambda: lib.attention_flow(attn, sources=[0], normalize=False), reps * 4) * per
-    ref_rows = []
-    if REF["rev"]:
-        r_single, r_batch = (t * per for t in table1_at_ref(attn, reps))
-        ref_rows = [(r_single, "one call per sample"), (r_batch, "all in one call")]
     ours = lib.attention_flow(attn, sources=[0], normalize=False)[:, :, 0]  # (B, L, T)
     pairs = [(layer, 0, j) for layer in range(n_layers) for j in range(tokens)]
     sp_idx = rng.choice(n_samples, 5 if quick else 20, replace=False)
@@ -221,10 +179,6 @@ def table1(rng, quick: bool) -> list[dict]:
             t_single,
             "same library",
             lambda o, r: r > 1.0,
-        ),
-        *(
-            row(f"{name}, {how}, build of {REF['rev']}", t, "ms/sample", "scipy Dinic", sp_ms, note)
-            for t, how in ref_rows
         ),
     ]
 
@@ -330,6 +284,27 @@ def first_call(quick: bool) -> list[dict]:
 SPIN = "while True:\n    pass\n"
 
 
+def interleaved(rng, attn: np.ndarray, settings: tuple[str, ...], reps: int) -> tuple[dict, list[int]]:
+    """Median ms of one-sample CLS calls per thread setting ("auto": attnflow chooses, else
+    ATTNFLOW_THREADS), interleaved in a new order each round (the same contention for all), and the
+    counts attnflow chose."""
+    times, chosen, order = {k: [] for k in settings}, [], list(settings)
+    lib.attention_flow(attn, sources=[0])
+    for _ in range(reps):
+        rng.shuffle(order)
+        for setting in order:
+            if setting == "auto":
+                os.environ.pop("ATTNFLOW_THREADS", None)
+                chosen.append(flow_threads())
+            else:
+                os.environ["ATTNFLOW_THREADS"] = setting
+            start = time.perf_counter()
+            lib.attention_flow(attn, sources=[0])
+            times[setting].append(time.perf_counter() - start)
+    os.environ.pop("ATTNFLOW_THREADS", None)
+    return {k: statistics.median(v) * 1e3 for k, v in times.items()}, chosen
+
+
 def busy(rng, quick: bool) -> list[dict]:
     """Two busy loops running: one-sample CLS calls, threads chosen by attnflow vs 1 and 2."""
     small = random_attention(rng, (6, 8, 20, 20))  # a Table-1 sample
@@ -343,23 +318,7 @@ def busy(rng, quick: bool) -> list[dict]:
             ("12L x 12H x 128T", bert, 45),  # calls of ~80 ms, time-sliced with the loops: many
         ):
             reps = max(reps // 4, 3) if quick else reps
-            times = {"auto": [], "1": [], "2": []}
-            chosen = []
-            lib.attention_flow(attn, sources=[0])
-            order = list(times)
-            for _ in range(reps):  # interleaved, in a new order each time: the same contention for all
-                rng.shuffle(order)
-                for setting in order:
-                    if setting == "auto":
-                        os.environ.pop("ATTNFLOW_THREADS", None)
-                        chosen.append(flow_threads())
-                    else:
-                        os.environ["ATTNFLOW_THREADS"] = setting
-                    start = time.perf_counter()
-                    lib.attention_flow(attn, sources=[0])
-                    times[setting].append(time.perf_counter() - start)
-            os.environ.pop("ATTNFLOW_THREADS", None)
-            med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+            med, chosen = interleaved(rng, attn, ("auto", "1", "2"), reps)
             note = (
                 f"two busy loops; medians of {reps} interleaved calls; attnflow chose "
                 f"{min(chosen)}-{max(chosen)} threads (mode {statistics.mode(chosen)}); 2 threads: {med['2']:.3g} ms"
@@ -395,21 +354,7 @@ def idle_threads(rng, quick: bool) -> list[dict]:
     rows = []
     for label, attn, reps in (("Table-1 sample (6L x 8H x 20T)", small, 200), ("12L x 12H x 128T", bert, 15)):
         reps = max(reps // 4, 3) if quick else reps
-        times = {"auto": [], "1": []}
-        lib.attention_flow(attn, sources=[0])
-        order = list(times)
-        for _ in range(reps):
-            rng.shuffle(order)
-            for setting in order:
-                if setting == "auto":
-                    os.environ.pop("ATTNFLOW_THREADS", None)
-                else:
-                    os.environ["ATTNFLOW_THREADS"] = setting
-                start = time.perf_counter()
-                lib.attention_flow(attn, sources=[0])
-                times[setting].append(time.perf_counter() - start)
-        os.environ.pop("ATTNFLOW_THREADS", None)
-        med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        med, _ = interleaved(rng, attn, ("auto", "1"), reps)
         rows.append(
             row(
                 f"No busy loops added, one call, {label}: threads chosen",
@@ -437,22 +382,6 @@ def load() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The CPU's name (as the stage cache keys it) and widest vector extension (/proc/cpuinfo): the
-    ratios against scipy depend on it (2026-11-27: batched Table 1 read 218x on an AVX-512 Intel CPU,
-    382x on an AVX2 AMD EPYC, all pairs 3.59 s and 9.7 s), so every run names it. "unknown" where
-    there is no cpuinfo."""
-    try:
-        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return "unknown"
-    flags = set(
-        next((ln.partition(":")[2] for ln in text.splitlines() if ln.startswith("flags")), "").split()
-    )
-    vector = next((f.upper() for f in ("avx512f", "avx2", "avx", "sse2") if f in flags), "no SIMD flag")
-    return f"{stage_cache.cpu_model(cpuinfo) or 'unknown'} ({vector})"
-
-
 def uptime() -> str:
     try:
         return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
@@ -477,27 +406,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller workloads and subsamples")
     parser.add_argument("--only", choices=sorted(SECTIONS), action="append", help="run only these sections")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "flow_speed.json")
-    parser.add_argument(
-        "--ref-rev",
-        help="also time Table 1 with this revision's build, in the same run (e.g. a previous stop)",
-    )
     args = parser.parse_args()
-    if args.ref_rev:  # a revision git does not know fails here, before any section runs
-        from _gitref import unknown_ref
-
-        if error := unknown_ref(args.ref_rev):
-            parser.error(error)
-    REF["rev"] = args.ref_rev
     names = args.only or list(SECTIONS)
     os.environ.pop("ATTNFLOW_THREADS", None)
     print(uptime(), flush=True)
     result = {
         "command": "python benchmarks/flow_speed.py"
         + (" --quick" if args.quick else "")
-        + (f" --ref-rev {args.ref_rev}" if args.ref_rev else "")
         + "".join(f" --only {n}" for n in args.only or []),
         "machine": platform.processor() or platform.machine(),
-        "cpu": cpu_model(),
+        "cpu": stage_cache.cpu_kind(),  # the ratios against scipy depend on it
         "cpus": os.cpu_count(),
         "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "threads_setting": "ATTNFLOW_THREADS unset: the CPUs free at each call",

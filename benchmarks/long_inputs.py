@@ -58,6 +58,8 @@ import threading
 import time
 from pathlib import Path
 
+from attnflow import stage_cache
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "long_inputs.json"
 GRAD_RESULTS = ROOT / "benchmarks" / "results" / "long_gradients.json"  # the gradients section's own run
@@ -197,19 +199,6 @@ def run_gradient(model, batch: dict, path: str) -> dict:
     return stream_gradient_maps(model, batch, [ids.shape[1] - 1], methods, recompute=path != "grad-saved")
 
 
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo) and the number of CPUs this process may use."""
-    name = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{name}, {len(os.sched_getaffinity(0))} CPUs"
-
-
 def worker(kind: str, size: int, path: str, device: str) -> dict:
     """One measurement in this process: path = classic | stream | attnlrp."""
     import torch
@@ -282,7 +271,7 @@ def gradient_table(rows: list[dict], meta: dict) -> str:
 
     got = {(r["size"], r["path"]): r for r in rows if r["kind"] == "gradients"}
     lines = [
-        f"`python benchmarks/long_inputs.py --section gradients`, {meta.get('cpu', cpu_model())}, device "
+        f"`python benchmarks/long_inputs.py --section gradients`, {meta.get('cpu', 'unknown CPU')}, device "
         f"{meta.get('device', 'cpu')}, load average {_fmt_load(meta.get('load_before'))} before / "
         f"{_fmt_load(meta.get('load_after'))} after{_load_range(got.values())}; a worker past "
         f"{meta.get('cap_gb', 8):g} GB is stopped.",
@@ -480,7 +469,8 @@ def main() -> None:
         kind, size, path = args.worker
         print(json.dumps(worker(kind, int(size), path, args.device)))
         return
-    meta = {"load_before": os.getloadavg(), "device": args.device, "cap_gb": args.cap_gb, "cpu": cpu_model()}
+    cpu = f"{stage_cache.cpu_kind()}, {len(os.sched_getaffinity(0))} CPUs"
+    meta = {"load_before": os.getloadavg(), "device": args.device, "cap_gb": args.cap_gb, "cpu": cpu}
     results = GRAD_RESULTS if args.section == "gradients" else RESULTS
     rows: list[dict] = json.loads(results.read_text())["rows"] if results.exists() else []
     print(f"{meta['cpu']}; load average {meta['load_before']}")

@@ -18,7 +18,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from attnflow import tracking
-from attnflow.data._lines import DataFormatError
+from attnflow.data.lines import DataFormatError
 from attnflow.io import ArtifactError
 from attnflow.paths import StudyPaths
 from attnflow.tracking import TrackingUnavailable

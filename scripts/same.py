@@ -1,10 +1,9 @@
-"""Do the numbers move? One command, four questions, each against a git revision.
+"""Do the numbers move? One command, three questions, each against a git revision.
 
     python scripts/same.py numbers                      # capture, maps, relevance: HEAD vs the working tree
     python scripts/same.py numbers --base b7ec204 --new HEAD --keep /tmp/numbers
     python scripts/same.py stages --base af3f8bc        # the stage outputs the base's code would write
     python scripts/same.py tables --base c5222a7        # the committed tables, row for row
-    python scripts/same.py spread --base 4c13413        # seed 0's cells: this run against another's
 
 numbers: each side is built on its own: the base revision is checked out with ``git worktree add``
 into a temporary folder (removed afterwards; the working tree is copied there as git sees it:
@@ -34,10 +33,6 @@ tables: the correlation tables of each task (configured all-heads rows -- Tables
 sensitivity variants and the per-head rows apart), the faithfulness and method-agreement tables and
 the sweep's tables, from the working tree and from ``git show <base>:<path>``: rows, equal bit for
 bit, and else the largest difference of a mean. Exit 0.
-
-spread: seed 0's configured raw, rollout and flow cells against those of a commit's run, beside the
-standard deviation of the same cell over the base's seeds (docs/determinism.md: a run on another
-kind of CPU). Exit 0.
 
 Exit 2 when a side could not be built or run.
 """
@@ -613,7 +608,7 @@ def stages(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
-# tables and spread: the committed tables against a commit's
+# tables: the committed tables against a commit's
 # --------------------------------------------------------------------------------------------------
 
 
@@ -679,56 +674,6 @@ def tables(args: argparse.Namespace) -> int:
     return 0
 
 
-SPREAD_KEY = ["importance", "method", "layer"]
-SPREAD_METHODS = ("raw", "rollout", "flow")
-
-
-def configured(table: pd.DataFrame) -> pd.DataFrame:
-    """The all-heads rows of the configured variant for raw, rollout and flow."""
-    keep = (table["variant"] == "configured") & table["head"].isna() & table["method"].isin(SPREAD_METHODS)
-    return table[keep]
-
-
-def committed_table(path: str, base: str | None) -> pd.DataFrame:
-    """``read_table``, refusing a table absent from the working tree (base None) or from base."""
-    found = read_table(path, base)
-    if found is None:
-        raise SystemExit(f"{path}: not found {'in the working tree' if base is None else f'at {base}'}")
-    return found
-
-
-def cell_spread(base: str, task: str) -> pd.DataFrame:
-    """Per cell: |now - base| of seed 0's mean, and the sd of the mean over the base's seeds."""
-    now = configured(committed_table(f"reports/{task}/correlations.parquet", None)).set_index(SPREAD_KEY)[
-        "mean"
-    ]
-    then = configured(committed_table(f"reports/{task}/correlations.parquet", base))
-    sweep = committed_table("reports/sweep/correlations.csv", base)
-    seeds = pd.concat(
-        [configured(sweep[sweep["task"] == task])[[*SPREAD_KEY, "mean"]], then[[*SPREAD_KEY, "mean"]]]
-    )
-    out = pd.DataFrame(
-        {
-            "diff": (now - then.set_index(SPREAD_KEY)["mean"]).abs(),
-            "seed_sd": seeds.groupby(SPREAD_KEY)["mean"].std(),
-        }
-    )
-    return out.dropna()
-
-
-def spread(args: argparse.Namespace) -> int:
-    """Seed 0's cells against a commit's run, beside the seed spread."""
-    spreads = {task: cell_spread(args.base, task) for task in TASKS}  # every table read before any line
-    print("| task | cells | median / largest change | median / largest seed sd | cells beyond 2 sd |")
-    print("| --- | --- | --- | --- | --- |")
-    for task, d in spreads.items():
-        print(
-            f"| {task} | {len(d)} | {d['diff'].median():.3f} / {d['diff'].max():.3f} | "
-            f"{d['seed_sd'].median():.3f} / {d['seed_sd'].max():.3f} | {int((d['diff'] > 2 * d['seed_sd']).sum())} |"
-        )
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python scripts/same.py", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="question", required=True)
@@ -744,13 +689,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base", required=True, help="the revision whose code runs the stages")
     p.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES)
     p.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
-    for name, text in (("tables", "the committed tables against a commit's, row for row"),
-                       ("spread", "seed 0's cells against a commit's run, beside the seed spread")):  # fmt: skip
-        sub.add_parser(name, help=text).add_argument(
-            "--base", required=True, help="the commit to compare with"
-        )
+    sub.add_parser("tables", help="the committed tables against a commit's, row for row").add_argument(
+        "--base", required=True, help="the commit to compare with"
+    )
     args = parser.parse_args(argv)
-    return {"numbers": numbers, "stages": stages, "tables": tables, "spread": spread}[args.question](args)
+    return {"numbers": numbers, "stages": stages, "tables": tables}[args.question](args)
 
 
 if __name__ == "__main__":

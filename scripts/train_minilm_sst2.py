@@ -16,7 +16,6 @@ file on the same torch build.
 from __future__ import annotations
 
 import argparse
-import math
 import random
 import time
 from pathlib import Path
@@ -25,48 +24,8 @@ import torch
 from torch import nn
 
 from attnflow.data.sst2 import SUBDIR, read_glue_tsv
+from attnflow.models.lora import add_lora, delta_tensors
 from attnflow.models.minilm_sst2 import LABELS, MINILM_SST2, load_minilm_sst2, write_checksum
-
-TARGETS = ("query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense")
-
-
-class LoRALinear(nn.Module):
-    """y = W x + b + (alpha / r) B A x, with W, b frozen copies of `base` (B starts at zero)."""
-
-    def __init__(self, base: nn.Linear, rank: int, alpha: float) -> None:
-        super().__init__()
-        self.base = base
-        self.base.weight.requires_grad_(False)
-        self.scale = alpha / rank
-        self.lora_A = nn.Parameter(torch.randn(rank, base.in_features) / math.sqrt(base.in_features))
-        self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.base(x) + (x @ self.lora_A.T) @ self.lora_B.T * self.scale
-
-
-def add_lora(model: nn.Module, rank: int, alpha: float) -> dict[str, LoRALinear]:
-    wrapped = {}
-    for name, module in list(model.named_modules()):
-        for child_name, child in list(module.named_children()):
-            full = f"{name}.{child_name}" if name else child_name
-            if isinstance(child, nn.Linear) and "encoder.layer." in full and full.endswith(TARGETS):
-                lora = LoRALinear(child, rank, alpha)
-                setattr(module, child_name, lora)
-                wrapped[full] = lora
-    return wrapped
-
-
-def delta_tensors(model: nn.Module, wrapped: dict[str, LoRALinear]) -> dict[str, torch.Tensor]:
-    """The file's tensors: LoRA factors (scale folded into B) and every other trained parameter."""
-    out = {}
-    for name, lora in wrapped.items():
-        out[f"{name}.lora_A"] = lora.lora_A.detach().clone().contiguous()
-        out[f"{name}.lora_B"] = (lora.lora_B.detach() * lora.scale).contiguous()
-    for name, p in model.named_parameters():
-        if p.requires_grad and ".lora_" not in name:
-            out[name.replace(".base.", ".")] = p.detach().clone().contiguous()
-    return out
 
 
 @torch.no_grad()

@@ -37,6 +37,7 @@ __all__ = [
     "ENTRY_FILE",
     "PACKAGES",
     "CacheEntryError",
+    "cpu_kind",
     "cpu_model",
     "digests",
     "input_files",
@@ -96,6 +97,19 @@ def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
     except OSError:
         pass
     return platform.processor() or None
+
+
+def cpu_kind(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """The CPU's model name and its widest vector extension, as a figure's machine is named (the
+    kernels, hence times and trained bits, differ by it); "unknown" where ``cpuinfo`` says nothing.
+    """
+    try:
+        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "unknown"
+    flags = next((ln.partition(":")[2] for ln in text.splitlines() if ln.startswith("flags")), "").split()
+    vector = next((f.upper() for f in ("avx512f", "avx2", "avx", "sse2") if f in flags), "no SIMD flag")
+    return f"{cpu_model(cpuinfo) or 'unknown'} ({vector})"
 
 
 def machine(packages: Iterable[str] = PACKAGES) -> dict[str, Any]:

@@ -1,22 +1,10 @@
-"""benchmarks/flow_speed.py names the CPU of each run: its ratios against scipy depend on it."""
+"""A benchmark names the CPU of each run (``attnflow.stage_cache.cpu_kind``): its ratios depend on it."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def flow_speed():
-    pytest.importorskip("scipy")
-    spec = importlib.util.spec_from_file_location("flow_speed", ROOT / "benchmarks" / "flow_speed.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from attnflow.stage_cache import cpu_kind
 
 
 @pytest.mark.parametrize(
@@ -27,11 +15,11 @@ def flow_speed():
         ("fpu", "no SIMD flag"),
     ],
 )
-def test_the_cpu_is_named_with_its_widest_vector_extension(flow_speed, tmp_path, flags, vector):
+def test_the_cpu_is_named_with_its_widest_vector_extension(tmp_path, flags, vector):
     info = tmp_path / "cpuinfo"
     info.write_text(f"processor\t: 0\nmodel name\t: Some CPU 9000\nflags\t\t: {flags}\n\nprocessor\t: 1\n")
-    assert flow_speed.cpu_model(info) == f"Some CPU 9000 ({vector})"
+    assert cpu_kind(info) == f"Some CPU 9000 ({vector})"
 
 
-def test_a_machine_without_cpuinfo_says_unknown(flow_speed, tmp_path):
-    assert flow_speed.cpu_model(tmp_path / "absent") == "unknown"
+def test_a_machine_without_cpuinfo_says_unknown(tmp_path):
+    assert cpu_kind(tmp_path / "absent") == "unknown"

@@ -1,7 +1,7 @@
 """Reliability round 5 (issue 57), caches: restore only what was checked.
 
 The training stage cache restored a truncated model and an entry filed under another key;
-``scripts/adopt_trainings.py`` stored a 200-byte model as a valid training; a damaged packaged
+``scripts/adopt_trainings.py`` (archived since) stored a 200-byte model as a valid training; a damaged packaged
 weight (the MiniLM delta, the converted SmolLM2) loaded with a traceback that did not name the file,
 or, altered, without a word; two first uses of the SmolLM2 conversion at once crashed one of them
 (``Directory not empty``). Now every entry and packaged weight carries its key and sha256, a restore
@@ -10,7 +10,6 @@ checks both and refuses in one line naming the file, and one process converts wh
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import threading
 import time
@@ -151,43 +150,6 @@ def test_a_sweep_job_trains_instead_of_taking_a_damaged_entry(tmp_path, monkeypa
     assert taken["reused"] is False and runs == ["agreement", "agreement"]
     assert "stage cache entry refused" in capsys.readouterr().err
     assert study.train_or_reuse(cfg, "agreement", cache, commit="c") == {**taken, "reused": True}
-
-
-# --- scripts/adopt_trainings.py ------------------------------------------------------------------
-
-
-def _adopt_module():
-    spec = importlib.util.spec_from_file_location(
-        "adopt_trainings_r5", ROOT / "scripts" / "adopt_trainings.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.mark.parametrize("damage", ["truncated", "manifest", "timing"])
-def test_adopt_refuses_a_training_whose_model_does_not_load(tmp_path, monkeypatch, damage):
-    from attnflow.paths import StudyPaths
-    from pipelines import _config
-    from tests.unit.test_adopt_trainings import _job
-
-    adopt = _adopt_module()
-    monkeypatch.setattr(adopt, "same_training_code", lambda commit: True)  # the code check is not the point
-    job = _job(tmp_path / "sweep" / "0", commit="0" * 40)
-    paths = StudyPaths.from_config(_config.load(job / "params.yaml").paths, root=job)
-    weights = paths.model("agreement") / "model.safetensors"
-    if damage == "truncated":
-        weights.write_bytes(weights.read_bytes()[:200])  # the campaign's 200-byte model
-        named = str(weights)
-    elif damage == "manifest":
-        (paths.model("agreement") / "attnflow_model.json").write_text("{")
-        named = str(paths.model("agreement") / "attnflow_model.json")
-    else:
-        paths.train_timing("agreement").write_text("")
-        named = str(paths.train_timing("agreement"))
-    ((task, what),) = adopt.adopt(job, tmp_path / "cache")
-    assert task == "agreement" and what.startswith(f"refused: {named}") and "\n" not in what
-    assert not (tmp_path / "cache").exists()
 
 
 # --- the packaged MiniLM delta ---------------------------------------------------------------------

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from attnflow.data._lines import DataFormatError, length_stats, read_fields, require_rows
+from attnflow.data.lines import DataFormatError, length_stats, read_fields, require_rows
 from attnflow.data.vocab import Vocab
 from attnflow.io import write_json, write_parquet
 from attnflow.options import DATA_SOURCES as SOURCES

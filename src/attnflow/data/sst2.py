@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from attnflow.data._lines import DataFormatError, length_stats, read_fields, require_rows
+from attnflow.data.lines import DataFormatError, length_stats, read_fields, require_rows
 from attnflow.io import atomic_path, write_json
 
 __all__ = ["UNLABELLED", "prepare_sst2", "read_glue_tsv"]

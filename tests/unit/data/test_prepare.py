@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from attnflow.data._lines import DataFormatError
 from attnflow.data.download import download
+from attnflow.data.lines import DataFormatError
 from attnflow.data.linzen import SplitFractions, prepare_agreement
 from attnflow.data.sst2 import prepare_sst2
 from attnflow.data.vocab import Vocab

@@ -4,13 +4,18 @@ most 3x), measured in one run, alternating.
 
     python benchmarks/decomposition_cost.py                       # MiniLM-SST2, 32 SST-2 dev sentences
     python benchmarks/decomposition_cost.py --batch 64 --rounds 5 --methods alti,value_zeroing
+    python benchmarks/decomposition_cost.py --faithfulness 100      # + faithfulness beside IG's time
 
 Per round: one plain forward (``model(**enc)`` under no_grad, the baseline) and, for each method,
 ``explain_texts(model, tokenizer, texts, methods=[method], batch_size=batch)`` (the user's call: one
 capturing forward, the needs made and checked, the method). The medians over rounds are reported
 with their ratio to the forward's median. Threads: ``BENCH_THREADS`` (default 1, so that a shared
 machine's second core does not enter the ratios); the load average is printed before and after.
-Writes benchmarks/results/decomposition_cost.json (``--out``).
+With ``--faithfulness N``: the first N dev sentences scored by every method, AttnLRP, integrated
+gradients and input x gradient (`attnflow.compare.faithfulness_table`: AOPC comprehensiveness and
+sufficiency with bootstrap intervals, seconds per sentence), against issue 56's target: the best
+decomposition method's comprehensiveness within integrated gradients' interval or above, at <= 1/5
+of its time. Writes benchmarks/results/decomposition_cost.json (``--out``).
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "decomposition_cost.json"
 DEV = ROOT.parent / "shared" / "data" / "sst2" / "glue_SST-2" / "dev.tsv"
-METHODS = ("raw", "attention_norm", "globenc", "alti", "value_zeroing")
+METHODS = ("raw", "attention_norm", "globenc", "alti", "value_zeroing", "decompx")
+SCORED = (*METHODS, "rollout", "attnlrp")  # ranked in the faithfulness section, beside the comparators
+COMPARATORS = ("integrated_gradients", "input_x_gradient")
 TARGET = {"alti": 3.0, "value_zeroing": 3.0}
 
 
@@ -48,6 +55,19 @@ def table(result: dict) -> str:
             else (f"<= {target:g}x: " + ("met" if r["ratio"] <= target else "**not met**"))
         )
         lines.append(f"| {r['method']} | {r['seconds']:.3f} | {r['ratio']:.1f} | {met} |")
+    if faith := result.get("faithfulness"):
+        ig = next(r["seconds_per_text"] for r in faith if r["method"] == "integrated_gradients")
+        lines += ["", f"Faithfulness on the first {faith[0]['n']} dev sentences (AOPC; 95 % bootstrap intervals):", "",
+                  "| method | comprehensiveness ↑ | sufficiency ↓ | s / sentence | x IG's time |", "| --- | --- | --- | --- | --- |"]  # fmt: skip
+        for method in dict.fromkeys(r["method"] for r in faith):
+            got = {r["metric"]: r for r in faith if r["method"] == method}
+            cell = [
+                f"{got[m]['mean']:.3f} [{got[m]['ci_low']:.3f}, {got[m]['ci_high']:.3f}]"
+                for m in ("comprehensiveness", "sufficiency")
+            ]
+            t = got["comprehensiveness"]["seconds_per_text"]
+            time_cells = "| |" if t is None or t != t else f"| {t:.3f} | {t / ig:.2f} |"
+            lines.append(f"| {method} | {cell[0]} | {cell[1]} {time_cells}")
     return "\n".join(lines)
 
 
@@ -59,6 +79,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--faithfulness", type=int, default=0, help="sentences scored for faithfulness (0: none)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
@@ -101,6 +122,15 @@ def main(argv: list[str] | None = None) -> dict:
         "load_before": load_before, "load_after": os.getloadavg(), "torch": torch.__version__,
     }  # fmt: skip
     result = {"meta": meta, "forward_s": forward_s, "forward_all_s": times["forward"], "rows": rows}
+    if args.faithfulness:
+        from attnflow.compare.faithfulness import faithfulness_table
+
+        lines = DEV.read_text().splitlines()[1 : args.faithfulness + 1]
+        faith = faithfulness_table(
+            model, tokenizer, [r.split("\t")[0] for r in lines], SCORED, comparators=COMPARATORS
+        )
+        result["faithfulness"] = faith.to_dict("records")
+        meta["load_after"] = os.getloadavg()
     from attnflow.io import write_json
 
     args.out.parent.mkdir(parents=True, exist_ok=True)

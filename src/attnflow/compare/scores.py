@@ -117,8 +117,11 @@ def token_attributions(
         )
     mask = torch.ones_like(ids) if attention_mask is None else attention_mask.reshape(ids.shape)
     types = None if token_type_ids is None else token_type_ids.reshape(ids.shape)
-    if RECORDS[method].kind == "model":
-        return _model_scores(model, ids, mask, types, method, target)
+    from attnflow.bridge import NEEDS
+
+    if RECORDS[method].kind == "model" or set(EXPLAINER_INPUTS.get(method, ())) - set(NEEDS):
+        # a model-level method, or one reading a need the bridge does not make (value vectors, ...)
+        return _explained_scores(model, ids, mask, types, method, target, layer, rows, residual, heads)
     return _attention_scores(model, ids, mask, types, method, layer, rows, residual, heads, target)
 
 
@@ -163,11 +166,21 @@ def _attention_scores(
     return scores
 
 
-def _model_scores(
-    model: Any, ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor | None, method: str, target: Any
+def _explained_scores(
+    model: Any,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    types: torch.Tensor | None,
+    method: str,
+    target: Any,
+    layer: int = -1,
+    rows: str | int = "auto",
+    residual: float = 0.5,
+    heads: str | int = "mean",
 ) -> torch.Tensor:
-    """A model-level method's token scores: the last row of its [layer, token] map (for AttnLRP,
-    the relevance of the word embeddings), one sample at a time on its real tokens."""
+    """Token scores through `attnflow.hf.explain_batch` (which makes every need): the ``layer`` row
+    of the method's [layer, token] map (for AttnLRP, the relevance of the word embeddings), one
+    sample at a time on its real tokens."""
     from attnflow.hf import explain_batch
 
     targets = _per_sample(target, ids.shape[0])
@@ -177,9 +190,9 @@ def _model_scores(
         inputs = {"input_ids": ids[b][keep][None], "attention_mask": torch.ones_like(ids[b][keep])[None]}
         if types is not None:
             inputs["token_type_ids"] = types[b][keep][None]
-        _, (res,) = explain_batch(model, inputs, methods=[method], layer=-1, rows="auto", residual=0.5, heads="mean",
+        _, (res,) = explain_batch(model, inputs, methods=[method], layer=-1, rows=rows, residual=residual, heads=heads,
                                    target="predicted" if t is None else [t], extra_inputs=None)  # fmt: skip
-        scores[b, keep.cpu()] = torch.from_numpy(res["maps"][method][-1])
+        scores[b, keep.cpu()] = torch.from_numpy(res["maps"][method][layer])
     return scores
 
 

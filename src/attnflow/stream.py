@@ -216,8 +216,6 @@ def stream_maps(
     methods = tuple(methods)
     if unknown := sorted(set(methods) - set(STREAM_METHODS)):
         raise ValueError(f"streaming capture computes {', '.join(STREAM_METHODS)}; not {unknown}")
-    if sink_mode not in ("none", "diagonal", "drop"):
-        raise ValueError(f"sink_mode must be 'none', 'diagonal' or 'drop', got {sink_mode!r}")
     if not 0.0 <= float(residual) <= 1.0:
         raise ValueError(f"residual must be a number in [0, 1], got {residual!r}")
     if dtype not in (torch.float32, torch.float64):
@@ -228,19 +226,7 @@ def stream_maps(
         rows, valid, methods, n_layers, float(residual), dtype, block_bytes=_block_bytes(block_bytes, ids),
         scores=[] if sink_scores else None,
     )  # fmt: skip
-    if sinks is not None and sink_mode != "none":
-        keys = torch.as_tensor(np.asarray(sinks, dtype=bool) if not torch.is_tensor(sinks) else sinks)
-        if (
-            keys.ndim != 4
-            or keys.shape[0] != ids.shape[0]
-            or keys.shape[1] != n_layers
-            or keys.shape[-1] != ids.shape[1]
-        ):
-            raise ValueError(
-                f"sinks must be a (batch, layer, head, key) bool mask of shape ({ids.shape[0]}, {n_layers}, heads, "
-                f"{ids.shape[1]}), got {tuple(keys.shape)}"
-            )
-        state.sink_keys, state.sink_mode = keys.to(device=ids.device, dtype=torch.bool), sink_mode
+    _set_sinks(state, sinks, sink_mode, ids, n_layers)
     at = (
         rows if logits_at is None else torch.as_tensor(logits_at, device=ids.device).reshape(-1, 1)
     )  # (B, R')
@@ -265,6 +251,26 @@ def stream_maps(
     if sink_scores:
         result["sink_scores"] = _sink_scores(state)
     return result
+
+
+def _set_sinks(state: StreamState, sinks: Any, sink_mode: str, ids: torch.Tensor, n_layers: int) -> None:
+    """Hand the stream each head's sink keys (B, L, H, T) to handle by ``sink_mode``."""
+    if sink_mode not in ("none", "diagonal", "drop"):
+        raise ValueError(f"sink_mode must be 'none', 'diagonal' or 'drop', got {sink_mode!r}")
+    if sinks is None or sink_mode == "none":
+        return
+    keys = torch.as_tensor(np.asarray(sinks, dtype=bool) if not torch.is_tensor(sinks) else sinks)
+    if (
+        keys.ndim != 4
+        or keys.shape[0] != ids.shape[0]
+        or keys.shape[1] != n_layers
+        or keys.shape[-1] != ids.shape[1]
+    ):
+        raise ValueError(
+            f"sinks must be a (batch, layer, head, key) bool mask of shape ({ids.shape[0]}, {n_layers}, heads, "
+            f"{ids.shape[1]}), got {tuple(keys.shape)}"
+        )
+    state.sink_keys, state.sink_mode = keys.to(device=ids.device, dtype=torch.bool), sink_mode
 
 
 def stream_sink_scores(
@@ -351,6 +357,8 @@ def stream_gradient_maps(
     dtype: torch.dtype = torch.float32,
     block_bytes: int | None = None,
     recompute: bool = True,
+    sinks: Any = None,
+    sink_mode: str = "none",
 ) -> dict[str, torch.Tensor]:
     """Chefer's generic relevance and Grad-SAM of `rows`, with ∇A reduced over heads in the backward.
 
@@ -365,8 +373,10 @@ def stream_gradient_maps(
     so no (B, L, H, T, T) gradient is ever held: the extra memory is Ā's (B, L, T, T) beside what
     autograd itself saves. recompute (default): each block of probabilities is recomputed in the
     backward (activation checkpointing) instead of saved by autograd, so no layer's (B, H, T, T)
-    waits for the backward either (the values are the same; one more QKᵀ and softmax per layer). Returns per method (B, L, R, T) on the model's device in `dtype`, plus
-    "target" (B,) and "scores" (B,).
+    waits for the backward either (the values are the same; one more QKᵀ and softmax per layer).
+    sinks, sink_mode: as `stream_maps`; each head's A is sink-handled in the products with the
+    model's own ∇A (as the classic path does: `attnflow.explain.causal`). Returns per method
+    (B, L, R, T) on the model's device in `dtype`, plus "target" (B,) and "scores" (B,).
     """
     from attnflow.bridge.hf import last_positions, target_scores
 
@@ -381,6 +391,7 @@ def stream_gradient_maps(
         rows, valid, (), n_layers, dtype=dtype, block_bytes=_block_bytes(block_bytes, ids), grad_methods=methods,
         recompute=bool(recompute),
     )  # fmt: skip
+    _set_sinks(state, sinks, sink_mode, ids, n_layers)
     if positions is None:
         positions = last_positions(valid, ids.shape[0], ids.shape[1], ids.device)
     kwargs, keep = _forward_options(model, positions)

@@ -202,6 +202,8 @@ class StreamState:
     def observe_grad(self, layer: int, queries: slice, weights: torch.Tensor, grad: torch.Tensor) -> None:
         """Reduce one block of ∇A (B, H, q, T) over heads as the backward produces it."""
         w, grad = weights.detach().to(self.dtype), grad.to(self.dtype)  # products in dtype: one block
+        if self.sink_keys is not None and self.sink_mode != "none":  # the sink-handled A, the model's ∇A
+            w = handle_sinks(w, self.sink_keys[:, layer].to(w.device), queries.start, self.sink_mode)
         if not self.full:
             valid = self.valid.to(w.device)
             pair = valid[:, None, queries, None] & valid[:, None, None, :]  # (B, 1, q, T)

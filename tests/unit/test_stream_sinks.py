@@ -112,3 +112,40 @@ def test_a_sink_mask_of_the_wrong_shape_is_refused():
         stream_maps(model, batch, [0], sinks=np.zeros((2, 3, 12), dtype=bool), sink_mode="drop")
     with pytest.raises(ValueError, match="sink_mode must be"):
         stream_maps(model, batch, [0], sink_mode="auto")
+
+
+@pytest.mark.parametrize("family", sorted(MODELS))
+@pytest.mark.parametrize("sinks", ["none", "diagonal", "drop"])
+def test_explain_streams_the_gradient_methods_with_sinks_as_the_classic_path_computes_them(family, sinks):
+    """`explain_batch` routes Chefer and Grad-SAM through the gradient stream (∇A reduced over heads
+    in the backward, each head's attention sink-handled in the product), with the classic path's
+    numbers: the model is float32, so both sides differ by its batch's float32 rounding only."""
+    from attnflow.hf.text import explain_batch
+
+    model, batch = MODELS[family], _batch()
+    kw = dict(methods=["chefer", "grad_sam"], layer=-1, rows="auto", residual=0.5, heads="mean", target="predicted",
+              extra_inputs=None, sinks=sinks, sink_positions=[0, 3] if sinks != "none" else "auto")  # fmt: skip
+    classic = explain_batch(model, batch, stream=False, **kw)[1]
+    streamed = explain_batch(model, batch, **kw)[1]
+    for a, b in zip(classic, streamed, strict=True):
+        for name in ("chefer", "grad_sam"):
+            scale = np.abs(a["maps"][name]).max()
+            np.testing.assert_allclose(
+                b["maps"][name], a["maps"][name], atol=1e-6 * scale, rtol=0, err_msg=name
+            )
+    if sinks != "none":  # the handling did something
+        plain = explain_batch(model, batch, **{**kw, "sinks": "none", "sink_positions": "auto"})[1]
+        assert not np.allclose(plain[0]["maps"]["chefer"], streamed[0]["maps"]["chefer"])
+
+
+def test_explain_takes_the_gradient_stream(monkeypatch):
+    """The default path of a causal LM's Chefer is the stream (no (B, L, H, T, T) gradient captured)."""
+    import attnflow.stream as stream
+    from attnflow.hf.text import explain_batch
+
+    calls = []
+    real = stream.stream_gradient_maps
+    monkeypatch.setattr(stream, "stream_gradient_maps", lambda *a, **k: calls.append(k) or real(*a, **k))
+    explain_batch(MODELS["llama"], _batch(), methods=["chefer"], layer=-1, rows="auto", residual=0.5, heads="mean",
+                  target="predicted", extra_inputs=None, sinks="auto")  # fmt: skip
+    assert len(calls) == 1 and calls[0]["dtype"] == torch.float64

@@ -82,16 +82,20 @@ def _stream_batch(
     sink_positions: Any = "auto",
     detect: bool = False,
     layers: list[int] | None = None,
+    target: Any = "predicted",
 ) -> tuple[AttentionOutput, list[dict[str, Any]]]:
-    """`explain_batch` for raw / rollout / flow, computed inside the forward in float64.
+    """`explain_batch` for raw / rollout / flow and the gradient methods (Chefer, Grad-SAM),
+    computed inside the forward (and its backward) in float64.
 
     With sinks (mode "diagonal" / "drop"), a first forward adds up the sink scores
     (`attnflow.stream`) and computes what needs no sinks; a second one computes the maps with
-    each head's sinks handled, when there are any. Flow is solved for `layers` only."""
+    each head's sinks handled, when there are any. The gradient methods run one forward and one
+    backward of `target` (`attnflow.stream.stream_gradient_maps`), each head's attention
+    sink-handled in their products with ∇A. Flow is solved for `layers` only."""
     from attnflow.bridge import Captured
     from attnflow.bridge.hf import TOKENIZER_ONLY_KEYS, last_positions
     from attnflow.explain import sink_key_mask, sinks_from_scores
-    from attnflow.stream import stream_maps
+    from attnflow.stream import GRAD_STREAM_METHODS, stream_gradient_maps, stream_maps
 
     ids = inputs["input_ids"]
     batch = {k: v for k, v in inputs.items() if k not in TOKENIZER_ONLY_KEYS}
@@ -105,8 +109,10 @@ def _stream_batch(
     find = isinstance(sink_positions, str) and (mode != "none" or detect)
     if isinstance(sink_positions, str) and sink_positions != "auto":
         raise ValueError(f"sink_positions must be 'auto', positions or a mask, got {sink_positions!r}")
+    grads = [n for n in names if n in GRAD_STREAM_METHODS]
+    plain = [n for n in names if n not in GRAD_STREAM_METHODS]
     # with sinks to handle, the maps wait for the sinks (a trained LM nearly always has one)
-    first = names if mode == "none" else []
+    first = plain if mode == "none" else []
     got = stream_maps(model, batch, at, first, residual=residual, dtype=torch.float64,
                       logits_at=scored.to(ids.device), sink_scores=find,
                       flow_layers=layers)  # fmt: skip
@@ -117,9 +123,13 @@ def _stream_batch(
     elif mode != "none":
         shape = (ids.shape[0], model_layers(model) or 0, 1, ids.shape[1], ids.shape[1])
         sink_mask = sink_key_mask(sink_positions, shape, valid.numpy())
+    handled = mode != "none" and sink_mask is not None and bool(sink_mask.any())
+    if grads:
+        got.update(stream_gradient_maps(model, batch, at, grads, target=target, positions=scored.to(ids.device),
+                                        dtype=torch.float64, sinks=_per_head(sink_mask, model) if handled else None,
+                                        sink_mode=mode if handled else "none"))  # fmt: skip
     if mode != "none":
-        handled = sink_mask is not None and bool(sink_mask.any())
-        again = names if handled else [n for n in names if n not in first]
+        again = plain if handled else [n for n in plain if n not in first]
         if again:
             more = stream_maps(model, batch, at, again, residual=residual, dtype=torch.float64,
                                logits_at=scored.to(ids.device), flow_layers=layers,

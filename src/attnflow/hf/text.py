@@ -87,9 +87,10 @@ def explain_batch(
     A language model's logits (and gradients) are read at the explained row when it is a position,
     else at the last real token; a masked LM's "auto" row is the first `mask_token_id`.
 
-    stream: compute raw, rollout and flow inside the forward (`attnflow.stream`, float64, the same
-    numbers) instead of capturing (B, L, H, T, T). None (default): whenever every method is one of
-    those, heads="mean", the row is one position and the input is text; False: never."""
+    stream: compute raw, rollout and flow inside the forward, and Chefer and Grad-SAM with ∇A
+    reduced over heads in the backward (`attnflow.stream`, float64, the same numbers), instead of
+    capturing (B, L, H, T, T). None (default): whenever every method is one of those, heads="mean",
+    the row is one position and the input is text; False: never."""
     from attnflow.explain import sink_mode
     from attnflow.explain.apply import CausalSpec, apply
     from attnflow.methods import METHODS, MethodRecord
@@ -110,7 +111,8 @@ def explain_batch(
     ):
         return _stream_batch(model, inputs, [name for name, _, _ in specs], layer=layer, rows=rows,
                              residual=residual, mask_token_id=mask_token_id, mode=mode,
-                             sink_positions=sink_positions, detect=detect, layers=stream_layers)  # fmt: skip
+                             sink_positions=sink_positions, detect=detect, layers=stream_layers,
+                             target=target)  # fmt: skip
     needs = {n for _, _, ns in specs for n in ns} - set(extra_inputs)
     custom = sorted(needs - set(NEEDS))  # made by a registered provider or a need record's capturer
     makers = need_makers(custom)
@@ -189,9 +191,10 @@ def _streamable(
     """Whether `explain_batch` can compute every method inside the forward (`attnflow.stream`)."""
     from attnflow.bridge import is_study_model
     from attnflow.methods import METHODS
-    from attnflow.stream import STREAM_METHODS
+    from attnflow.stream import GRAD_STREAM_METHODS, STREAM_METHODS
 
     modeling = sys.modules.get(type(model).__module__)
+    streamed = (*STREAM_METHODS, *GRAD_STREAM_METHODS)
     return (
         heads == "mean"
         and model_device(model).type != "meta"  # the classic path refuses it in one line
@@ -201,7 +204,7 @@ def _streamable(
         and rows not in ("max", "mean")
         and isinstance(inputs.get("input_ids"), torch.Tensor)
         and not is_study_model(model)
-        and all(name in STREAM_METHODS and METHODS[name].function is fn for name, fn, _ in specs)
+        and all(name in streamed and METHODS[name].function is fn for name, fn, _ in specs)
     )
 
 

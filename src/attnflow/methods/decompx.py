@@ -58,16 +58,22 @@ def share_bias(v: Any, bias: Any) -> Any:
     >>> share_bias(torch.tensor([[1.0, 0.0], [0.0, 3.0]]), torch.tensor([2.0, 2.0])).tolist()
     [[1.5, 0.5], [1.5, 4.5]]
     """
-    w = (v * bias).sum(-1).abs()  # |v^k · b|: (..., K)
-    w = w / (w.sum(-1, keepdim=True) + EPS)
-    return v + w[..., None] * bias
+    return _share_(v.clone(), bias)
 
 
-def _layer_norm(z: Any, pre: Any, ln: Any) -> Any:
-    """LayerNorm of decomposed vectors z (T, K, D) whose sum is ``pre`` (T, D)."""
+def _share_(v: Any, bias: Any) -> Any:
+    """`share_bias` in place (``v`` is overwritten and returned)."""
+    w = (v @ bias).abs_()  # |v^k · b|: (..., K)
+    w /= w.sum(-1, keepdim=True) + EPS
+    return v.add_(w[..., None] * bias)
+
+
+def _layer_norm_(z: Any, pre: Any, ln: Any) -> Any:
+    """LayerNorm of decomposed vectors z (T, K, D) whose sum is ``pre`` (T, D), in place."""
     var = (pre - pre.mean(-1, keepdim=True)).pow(2).mean(-1)  # (T,)
-    n = (z - z.mean(-1, keepdim=True)) / (var + ln.eps).sqrt()[:, None, None] * ln.weight.to(z.dtype)
-    return share_bias(n, ln.bias.to(z.dtype))
+    z -= z.mean(-1, keepdim=True)
+    z *= ln.weight.to(z.dtype) / (var + ln.eps).sqrt()[:, None, None]  # γ / sqrt(var(z_i) + ε)
+    return _share_(z, ln.bias.to(z.dtype))
 
 
 def _head(x_cls: Any, h_cls: Any, pooler: Any, classifier: Any) -> Any:
@@ -75,13 +81,15 @@ def _head(x_cls: Any, h_cls: Any, pooler: Any, classifier: Any) -> Any:
     h_cls (D,), the model's own (the slopes θ are taken there)."""
     w_p, b_p = pooler.weight.to(x_cls.dtype), pooler.bias.to(x_cls.dtype)
     r = h_cls @ w_p.T + b_p
-    q = share_bias(x_cls @ w_p.T, b_p) * (r.tanh() / (r + EPS))
-    return share_bias(q @ classifier.weight.to(x_cls.dtype).T, classifier.bias.to(x_cls.dtype))
+    q = _share_(x_cls @ w_p.T, b_p) * (r.tanh() / (r + EPS))
+    return _share_(q @ classifier.weight.to(x_cls.dtype).T, classifier.bias.to(x_cls.dtype))
 
 
-def _layer(block: Any, e: Any, a: Any, x: Any, rows: slice) -> Any:
-    """The components (R, K, D) of one encoder layer's output at the query ``rows``, from its input
-    e (T, D), attention a (H, T, T) and the input's components x (T, K, D; None at layer 0)."""
+def _layer(block: Any, e: Any, a: Any, x: Any, rows: slice) -> tuple[Any, Any]:
+    """The components (R, K, D) of one encoder layer's output at the query ``rows`` and that output
+    (R, D) itself, from the layer's input e (T, D), attention a (H, T, T) and the input's components
+    x (T, K, D; None at layer 0). The layer's own vectors are recomputed from e and a with its own
+    weights (eval mode: no dropout)."""
     import torch
 
     dt = e.dtype
@@ -102,43 +110,46 @@ def _layer(block: Any, e: Any, a: Any, x: Any, rows: slice) -> Any:
         z = torch.einsum("hij,jkhd->ikhd", a, vx).reshape(a.shape[1], tokens, -1) @ w_o.T
     if x is None:
         z += torch.diag_embed(e.T).permute(1, 2, 0)[rows]  # δ_ik e_i
-        z = share_bias(z, b_o)
+        z = _share_(z, b_o)
     else:
-        z = share_bias(z + x[rows], w_o @ b_v + b_o)
+        z = _share_(z.add_(x[rows]), w_o @ b_v + b_o)
     v = (e @ w_v.T + b_v).view(tokens, heads, dh).transpose(0, 1)  # (H, T, dh)
     ctx = torch.einsum("hij,hjd->ihd", a, v).reshape(a.shape[1], -1)  # the model's own context vectors
     pre1 = ctx @ w_o.T + b_o + e[rows]
     ln1 = att.output.LayerNorm
-    n = _layer_norm(z, pre1, ln1)
+    n = _layer_norm_(z, pre1, ln1)
     y1 = torch.nn.functional.layer_norm(pre1, pre1.shape[-1:], ln1.weight.to(dt), ln1.bias.to(dt), ln1.eps)
     w_1, b_1 = ffn_in.dense.weight.to(dt), ffn_in.dense.bias.to(dt)
     p = y1 @ w_1.T + b_1
     act = ffn_in.intermediate_act_fn(p)
-    u = share_bias(n @ w_1.T, b_1) * (act / (p + EPS))[:, None, :]  # the zero-origin slopes θ
+    u = _share_(n @ w_1.T, b_1).mul_((act / (p + EPS))[:, None, :])  # the zero-origin slopes θ
     w_2, b_2 = ffn_out.dense.weight.to(dt), ffn_out.dense.bias.to(dt)
-    f = share_bias(u @ w_2.T, b_2)
-    return _layer_norm(n + f, act @ w_2.T + b_2 + y1, ffn_out.LayerNorm)
+    f = _share_(u @ w_2.T, b_2)
+    pre2, ln2 = act @ w_2.T + b_2 + y1, ffn_out.LayerNorm
+    y2 = torch.nn.functional.layer_norm(pre2, pre2.shape[-1:], ln2.weight.to(dt), ln2.bias.to(dt), ln2.eps)
+    return _layer_norm_(f.add_(n), pre2, ln2), y2
 
 
-def decompx_contributions(model: Any, h: Sequence[Any], attentions: Any) -> np.ndarray:
+def decompx_contributions(model: Any, embedded: Any, attentions: Any) -> np.ndarray:
     """(L, T, C) of one sample: token k's share of each class logit, the head read at each layer l.
 
-    ``h``: the L + 1 hidden states (T, D) (the embeddings' output, then each layer's), ``attentions``
-    (L, H, T, T), all on the sample's real tokens. Computed in the model's float type (float32 at
+    ``embedded``: the embeddings' output (T, D) (the first layer's input), ``attentions``
+    (L, H, T, T), both on the sample's real tokens; every later state is the layers' own, recomputed. Computed in the model's float type (float32 at
     least); the last layer at the [CLS] row only (the head reads nothing else).
     """
     import torch
 
     base = model.base_model
     blocks, pooler, classifier = list(base.encoder.layer), base.pooler.dense, model.classifier
-    dt = torch.promote_types(h[0].dtype, torch.float32)
+    dt = torch.promote_types(embedded.dtype, torch.float32)
+    e = embedded.to(dt)
     out = []
     with torch.no_grad():
         x = None  # the components of the layer's input (T, K, D); None: the embeddings, δ_ik e_i
         for layer, block in enumerate(blocks):
             rows = slice(0, 1) if layer == len(blocks) - 1 else slice(None)
-            x = _layer(block, h[layer].to(dt), attentions[layer].to(dt), x, rows)
-            out.append(_head(x[0], h[layer + 1][0].to(dt), pooler, classifier).double().cpu().numpy())
+            x, e = _layer(block, e, attentions[layer].to(dt), x, rows)
+            out.append(_head(x[0], e[0], pooler, classifier).double().cpu().numpy())
     return np.stack(out)
 
 
@@ -173,13 +184,14 @@ def decompx_maps(ctx: Any, valid: np.ndarray, positions: Sequence[int] | None) -
     batch: Mapping[str, Any] = {k: v.to(device) if isinstance(v, torch.Tensor) else v
                                 for k, v in ctx.inputs.items() if k not in TOKENIZER_ONLY_KEYS}  # fmt: skip
     with eval_mode(model), torch.no_grad():
-        states = model.base_model(**batch, output_hidden_states=True).hidden_states  # L + 1 of (B, T, D)
+        keys = ("input_ids", "token_type_ids", "position_ids")
+        embedded = model.base_model.embeddings(**{k: batch[k] for k in keys if k in batch})  # (B, T, D)
     attentions = ctx.out.attentions  # (B, L, H, T, T), the bridge's eager forward
     target = ctx.out.target
     maps = []
     for b, keep in enumerate(valid):
         idx = torch.as_tensor(np.flatnonzero(keep), device=device)
-        h = [s[b, idx] for s in states]
+        h = embedded[b, idx]
         a = attentions[b][:, :, idx][:, :, :, idx].to(device)
         c = decompx_contributions(model, h, a)  # (L, T_b, C)
         maps.append(c[:, :, int(target[b])])

@@ -69,7 +69,7 @@ def test_the_shares_sum_to_the_head_of_every_layer(reference):
     with eager_attention(model), torch.no_grad():
         out = model(input_ids=ids, output_hidden_states=True, output_attentions=True)
     h = [s[0] for s in out.hidden_states]
-    c = decompx_contributions(model, h, torch.stack(out.attentions, 1)[0])  # (L, T, C)
+    c = decompx_contributions(model, h[0], torch.stack(out.attentions, 1)[0])  # (L, T, C)
     for layer in range(len(h) - 1):  # the head applied to layer l's own [CLS] state
         with torch.no_grad():
             head = model.classifier(model.bert.pooler(out.hidden_states[layer + 1]))[0].numpy()

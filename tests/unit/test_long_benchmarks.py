@@ -69,10 +69,6 @@ def test_the_gradient_table_divides_by_the_input_gradient_of_the_same_length(lon
     assert "| chefer | 4,096 | | | over 8 GB | |" in text
 
 
-def test_the_cpu_is_named(long_inputs):
-    assert "CPUs" in long_inputs.cpu_model()
-
-
 @pytest.mark.slow
 def test_model_scale_runs_at_a_tiny_size(tmp_path):
     model_scale = _load("model_scale")

@@ -70,6 +70,22 @@ def need_makers(names: Sequence[str]) -> dict[str, Callable[[InputContext], Any]
     return makers
 
 
+def need_hooks(names: Sequence[str]) -> list[Callable[..., Any]]:
+    """The distinct ``hooks`` of the need records that make ``names`` (`attnflow.needs.NeedRecord`),
+    to attach to the API's own forward; [] unless every one of them has hooks (and no user provider
+    replaces it): the needs are then read from that forward, with no second pass."""
+    from attnflow.needs import NEEDS
+
+    found: list[Callable[..., Any]] = []
+    for name in names:
+        record = NEEDS.get(name)
+        if name in INPUT_PROVIDERS or record is None or record.hooks is None:
+            return []
+        if record.hooks not in found:
+            found.append(record.hooks)
+    return found
+
+
 def _method_specs(methods: str | Sequence[str]) -> list[tuple[str, Callable[..., Any], tuple[str, ...]]]:
     """(name, explainer, extra input names) per method, checked against the registry."""
     names = [methods] if isinstance(methods, str) else list(methods)

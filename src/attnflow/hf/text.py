@@ -4,6 +4,7 @@ the explainers of `attnflow.methods.EXPLAINERS` (`explain_batch`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 from collections.abc import Mapping, Sequence
@@ -37,7 +38,7 @@ from attnflow.hf.causal_options import (
 )
 from attnflow.hf.explanation import Explanation, Explanations
 from attnflow.hf.loading import _tokenize, check_vocabulary, max_input_tokens, model_layers
-from attnflow.hf.methods import MODEL_METHODS, InputContext, _method_specs, need_makers
+from attnflow.hf.methods import MODEL_METHODS, InputContext, _method_specs, need_hooks, need_makers
 from attnflow.hf.rows import (
     _check_layer,
     _pools_without_pad_id,
@@ -125,10 +126,16 @@ def explain_batch(
     # the target's class / token ids when a method explains one (LRP, gradients, a model method)
     want_ids = bool(needs) or any(name in MODEL_METHODS for name, _, _ in specs)
     positions = _scored_positions(model, inputs, rows, mask_token_id)
-    out = forward(model, inputs, ("attentions", *sorted(needs & set(NEEDS))), target=target if want_ids else None,
-                  positions=positions)  # fmt: skip
+    # the needs of the model's own activations are read during the attention forward when only the
+    # attentions are asked of it (one forward: the gradient and LRP passes would run the hooks again)
+    hooks = need_hooks(custom) if not needs & set(NEEDS) else []
+    with contextlib.ExitStack() as stack:
+        reads = [stack.enter_context(h(model)) for h in hooks]
+        out = forward(model, inputs, ("attentions", *sorted(needs & set(NEEDS))),
+                      target=target if want_ids else None, positions=positions)  # fmt: skip
+    native = {k: v for read in reads for k, v in read().items() if k in custom}  # model activations, torch
     ctx = InputContext(model=model, inputs=inputs, out=out, target=target)
-    made = {**out.inputs, **{n: makers[n](ctx) for n in custom}}
+    made = {**out.inputs, **native, **{n: makers[n](ctx) for n in custom if n not in native}}
     bsz, num_layers, _, tokens, _ = out.attentions.shape
     chosen = check_layers(layers, num_layers)
     top = chosen[-1] + 1  # every attention method's layer l reads layers 0..l only
@@ -137,14 +144,20 @@ def explain_batch(
     valid = np.ones((bsz, tokens), dtype=bool) if valid is None else valid.cpu().numpy()  # (B, T)
     spec, idx, at, row_of = _explained_rows(model, valid, rows, positions)
     attn_all = _float64_attentions(out.attentions, valid)  # (B, L, H, T, T)
-    made = {
-        k: torch.as_tensor(v).detach().to(device="cpu", dtype=torch.float64).numpy() for k, v in made.items()
-    }
+    made = {k: v.detach().cpu() if torch.is_tensor(v) else v for k, v in made.items()}
     sink_mask = None  # (B, L, H, T) bool sink keys of each head
     if mode != "none" or detect:
         sink_mask = _sink_mask(attn_all, valid, sink_positions, causal=causal)
     attn_use = attn_all[:, :top]  # (B, top, H, T, T)
     made = {k: v[:, :top] if v.ndim >= 4 and v.shape[1] == num_layers else v for k, v in made.items()}
+    as64 = {}  # the needs as float64 numpy, made when a method on the float64 attentions reads them
+
+    def float64_needs() -> dict[str, np.ndarray]:
+        for k, v in made.items():
+            if k not in as64:
+                as64[k] = torch.as_tensor(v).to(dtype=torch.float64).numpy()
+        return as64
+
     maps: list[dict[str, np.ndarray]] = [{} for _ in range(bsz)]
     plain = mode == "none" and receptive_field == "none"
     for name, fn, ns in specs:
@@ -155,13 +168,19 @@ def explain_batch(
         record = METHODS.get(name)
         if record is None or record.function is not fn:  # a method of the caller's, not (yet) recorded
             record = MethodRecord(name, name, fn, needs=ns)
-        if plain:
-            got = apply([record], attn_use, {**made, **extra_inputs}, spec, residual=residual, heads=heads,
-                        valid=valid, per_sample_inputs=tuple(extra_inputs), at=at)  # fmt: skip
+        if plain and record.needs and set(record.needs) <= set(native):
+            # a method of the model's activations runs on them as they are (torch, the model's float
+            # type: float64 numpy copies of (B, L, H, T, D) would cost more than the method)
+            attn_t = out.attentions[:, :top].detach().cpu()
+            got = apply([record], attn_t, {k: made[k] for k in record.needs}, spec, residual=residual, heads=heads,
+                        valid=valid, at=at)  # fmt: skip
+        elif plain:
+            got = apply([record], attn_use, {**float64_needs(), **extra_inputs}, spec, residual=residual,
+                        heads=heads, valid=valid, per_sample_inputs=tuple(extra_inputs), at=at)  # fmt: skip
         else:  # each sample on its real tokens, with its own sinks
             got = []
             for b, i in enumerate(idx):
-                one = {k: _real(v, b, i) for k, v in made.items()}
+                one = {k: _real(v, b, i) for k, v in float64_needs().items()}
                 keys = "auto" if sink_mask is None else sink_mask[b : b + 1, :top][..., i]  # (1, top, H, T_b)
                 options = CausalSpec(sinks=mode, sink_positions=keys, receptive_field=receptive_field)
                 got += apply([record], _real(attn_use, b, i), {**one, **extra_inputs}, spec, options,

@@ -50,7 +50,10 @@ class NeedRecord:
     (B?, L, H, T, T) (the shared invariant tests; padding need not be zero: the kit zeroes it).
     capturer: ``capturer(model, inputs) -> {need: tensor (B, *axes)}``, one forward with hooks that
     makes this need and possibly others (the API calls each capturer once per batch); None: the
-    bridge makes it (`attnflow.bridge.NEEDS`).
+    bridge makes it (`attnflow.bridge.NEEDS`). hooks: optionally, the capturer's hooks alone,
+    ``hooks(model)`` a context manager around any one forward of the model that yields ``made()``
+    (after that forward: what ``capturer`` returns), so the API reads the need during its own
+    attention forward instead of a second pass.
     """
 
     name: str
@@ -59,6 +62,7 @@ class NeedRecord:
     capture: Mapping[str, str]
     sample: Callable[[np.random.Generator, np.ndarray], np.ndarray]
     capturer: Callable[..., Any] | None = None
+    hooks: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         if unknown := [a for a in self.axes if a not in AXES]:

@@ -20,14 +20,15 @@ with hooks (`capture`), in the model's own dtype.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from . import NeedRecord
 
-__all__ = ["RECORDS", "capture", "family", "layers", "value_projection"]
+__all__ = ["RECORDS", "capture", "family", "hooks", "layers", "value_projection"]
 
 SAMPLE_WIDTH = 4  # the model width D of the samples the invariant tests draw
 
@@ -79,68 +80,92 @@ def value_projection(model: Any, layer: Any) -> tuple[Any, Any, int, int]:
 
 def capture(model: Any, inputs: Mapping[str, Any]) -> dict[str, Any]:
     """One forward of `model` on `inputs` (no gradients, eval mode, its own attention kernel: no
-    attention probabilities are read here) with hooks:
-    every need of this module the model's family has, as tensors (B, L, ...) in the model's dtype.
-
-    The value vectors are read where the model makes them (the value projection's output, GPT-2's
-    c_attn third), grouped-query heads repeated as the attention uses them, and multiplied by each
-    head's block of the output projection."""
+    attention probabilities are read here) with the hooks of `hooks`: every need of this module the
+    model's family has, as tensors (B, L, ...) in the model's dtype."""
     import torch
 
     from attnflow.bridge.hf import TOKENIZER_ONLY_KEYS
     from attnflow.devices import model_device
     from attnflow.modes import eval_mode
 
-    kind = family(model)
     device = model_device(model)
     batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()
              if k not in TOKENIZER_ONLY_KEYS}  # fmt: skip
-    saved: dict[str, list[Any]] = {"values": [], "ln1_in": [], "ln2_in": []}
+    with hooks(model) as made, eval_mode(model), torch.no_grad():
+        model(**batch, return_dict=True)
+    return made()
+
+
+@contextlib.contextmanager
+def hooks(model: Any) -> Iterator[Callable[[], dict[str, Any]]]:
+    """Hooks that read this module's needs during whatever forward of `model` runs inside the block
+    (the API's own attention forward: no second pass); yields ``made()``, which after that forward
+    returns them as `capture` does. Exactly one forward must run inside.
+
+    The value vectors are read where the model makes them (the value projection's output, GPT-2's
+    c_attn third), grouped-query heads repeated as the attention uses them, and multiplied by each
+    head's block of the output projection; a layer's input by a hook on the layer."""
+    kind = family(model)
+    saved: dict[str, list[Any]] = {"values": [], "inputs": [], "ln1_in": [], "ln2_in": []}
     handles = []
     per_layer = []
     for layer in layers(model):
         module, w_out, heads, kv = value_projection(model, layer)
         per_layer.append((w_out, heads, kv))
         handles.append(module.register_forward_hook(lambda m, a, out: saved["values"].append(out.detach())))
+        handles.append(layer.register_forward_pre_hook(
+            lambda m, a, kw: saved["inputs"].append((a[0] if a else kw["hidden_states"]).detach()), with_kwargs=True
+        ))  # fmt: skip
         if kind == "encoder":
             handles.append(layer.attention.output.LayerNorm.register_forward_pre_hook(
                 lambda m, a: saved["ln1_in"].append(a[0].detach())))  # fmt: skip
             handles.append(layer.output.LayerNorm.register_forward_pre_hook(
                 lambda m, a: saved["ln2_in"].append(a[0].detach())))  # fmt: skip
     try:
-        with eval_mode(model), torch.no_grad():
-            out = model(**batch, output_hidden_states=True, return_dict=True)
+        yield lambda: _made(model, kind, saved, per_layer)
     finally:
         for h in handles:
             h.remove()
-    n_layers = len(per_layer)
-    hidden = out.hidden_states  # hidden[l]: layer l's input (the last one may be normalised: unused)
-    got: dict[str, Any] = {"layer_inputs": torch.stack([hidden[i] for i in range(n_layers)], dim=1)}
-    f = []
-    for v, (w_out, heads, kv) in zip(saved["values"], per_layer, strict=True):
-        d = w_out.shape[-1]
-        if kind == "gpt2":
-            v = v[..., 2 * d :]  # c_attn: [q | k | v]
-        bsz, tokens, _ = v.shape
-        v = v.reshape(bsz, tokens, kv, -1).transpose(1, 2)  # (B, KV, T, dh)
-        if kv != heads:
-            v = v.repeat_interleave(heads // kv, dim=1)  # (B, H, T, dh), as the attention uses them
-        f.append(torch.einsum("bhtk,hkd->bhtd", v, w_out.detach().to(v.dtype)))  # (B, H, T, D)
-    got["value_outputs"] = torch.stack(f, dim=1)  # (B, L, H, T, D)
-    if kind == "encoder":
-        s1, c1, s2 = [], [], []
-        for layer, z1, z2 in zip(layers(model), saved["ln1_in"], saved["ln2_in"], strict=True):
-            ln1, ln2 = layer.attention.output.LayerNorm, layer.output.LayerNorm
-            sd1 = (z1.var(-1, unbiased=False, keepdim=True) + ln1.eps).sqrt()  # (B, T, 1)
-            sd2 = (z2.var(-1, unbiased=False, keepdim=True) + ln2.eps).sqrt()
-            b_out = layer.attention.output.dense.bias.detach()
-            g1, g2 = ln1.weight.detach(), ln2.weight.detach()
-            s1.append(g1 / sd1)
-            c1.append(g1 * (b_out - b_out.mean()) / sd1 + ln1.bias.detach())
-            s2.append(g2 / sd2)
-        got["ln1_scale"], got["attn_output_bias"], got["ln2_scale"] = (
-            torch.stack(s1, dim=1), torch.stack(c1, dim=1), torch.stack(s2, dim=1)
-        )  # fmt: skip
+
+
+def _made(model: Any, kind: str, saved: Mapping[str, list[Any]], per_layer: list) -> dict[str, Any]:
+    """The needs from what the hooks of one forward saved."""
+    import torch
+
+    if len(saved["values"]) != len(per_layer):
+        raise RuntimeError(
+            f"the value-path hooks saw {len(saved['values'])} layers of {len(per_layer)}: exactly one forward "
+            "must run inside attnflow.needs.value_path.hooks"
+        )
+    got: dict[str, Any] = {"layer_inputs": torch.stack(saved["inputs"], dim=1)}  # (B, L, T, D)
+    f = None  # (L, B, H, T, D), each layer written in place (no stacked copy of the largest need)
+    with torch.no_grad():
+        for layer, (v, (w_out, heads, kv)) in enumerate(zip(saved["values"], per_layer, strict=True)):
+            d = w_out.shape[-1]
+            if kind == "gpt2":
+                v = v[..., 2 * d :]  # c_attn: [q | k | v]
+            bsz, tokens, _ = v.shape
+            v = v.reshape(bsz, tokens, kv, -1).transpose(1, 2)  # (B, KV, T, dh)
+            if kv != heads:
+                v = v.repeat_interleave(heads // kv, dim=1)  # (B, H, T, dh), as the attention uses them
+            if f is None:
+                f = v.new_empty((len(per_layer), bsz, heads, tokens, d))
+            torch.matmul(v, w_out.detach().to(v.dtype), out=f[layer])  # f^h(x_j) = W_O^h v^h_j: (B, H, T, D)
+        got["value_outputs"] = f.transpose(0, 1)  # (B, L, H, T, D)
+        if kind == "encoder":
+            s1, c1, s2 = [], [], []
+            for layer, z1, z2 in zip(layers(model), saved["ln1_in"], saved["ln2_in"], strict=True):
+                ln1, ln2 = layer.attention.output.LayerNorm, layer.output.LayerNorm
+                sd1 = (z1.var(-1, unbiased=False, keepdim=True) + ln1.eps).sqrt()  # (B, T, 1)
+                sd2 = (z2.var(-1, unbiased=False, keepdim=True) + ln2.eps).sqrt()
+                b_out = layer.attention.output.dense.bias.detach()
+                g1, g2 = ln1.weight.detach(), ln2.weight.detach()
+                s1.append(g1 / sd1)
+                c1.append(g1 * (b_out - b_out.mean()) / sd1 + ln1.bias.detach())
+                s2.append(g2 / sd2)
+            got["ln1_scale"], got["attn_output_bias"], got["ln2_scale"] = (
+                torch.stack(s1, dim=1), torch.stack(c1, dim=1), torch.stack(s2, dim=1)
+            )  # fmt: skip
     return got
 
 
@@ -181,30 +206,30 @@ RECORDS = (
         {"encoder": "hook on attention.self.value, times attention.output.dense's block of head h",
          "gpt2": "hook on attn.c_attn (its value third), times attn.c_proj's block of head h",
          "llama": "hook on self_attn.v_proj (grouped heads repeated), times self_attn.o_proj's block of head h"},
-        _normal("heads"), capturer=capture,
+        _normal("heads"), capturer=capture, hooks=hooks,
     ),
     NeedRecord(
         "layer_inputs", "x_j, each layer's input (the residual stream entering it)", ("layer", "token", "hidden"),
         {"encoder": "hidden_states[l] of output_hidden_states", "gpt2": "hidden_states[l] of output_hidden_states",
          "llama": "hidden_states[l] of output_hidden_states"},
-        _residual, capturer=capture,
+        _residual, capturer=capture, hooks=hooks,
     ),
     NeedRecord(
         "ln1_scale", "γ1 / σ1_i, the per-token scale of the LayerNorm after the attention block (" + _ENCODER + ")",
         ("layer", "token", "hidden"),
         {"encoder": "pre-hook on attention.output.LayerNorm: its weight / sqrt(var(input) + eps)"},
-        _scale, capturer=capture,
+        _scale, capturer=capture, hooks=hooks,
     ),
     NeedRecord(
         "attn_output_bias", "γ1 ⊙ centre(b_O) / σ1_i + β1, the attention block's output not owed to any token ("
         + _ENCODER + ")", ("layer", "token", "hidden"),
         {"encoder": "attention.output.dense's bias through attention.output.LayerNorm's linear part, plus its bias"},
-        _bias, capturer=capture,
+        _bias, capturer=capture, hooks=hooks,
     ),
     NeedRecord(
         "ln2_scale", "γ2 / σ2_i, the per-token scale of the layer's output LayerNorm (" + _ENCODER + ")",
         ("layer", "token", "hidden"),
         {"encoder": "pre-hook on output.LayerNorm: its weight / sqrt(var(input) + eps)"},
-        _scale, capturer=capture,
+        _scale, capturer=capture, hooks=hooks,
     ),
 )  # fmt: skip

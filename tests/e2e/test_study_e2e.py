@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from attnflow.attribution.comparators import DECOMPOSITION
 from attnflow.io import load_ragged
 from attnflow.methods import study_methods
 from attnflow.metrics.tables import COLUMNS
@@ -174,19 +175,18 @@ def test_every_stage_runs_and_writes_its_outputs(tiny_study):
         )
         faith = pd.read_parquet(paths.faithfulness(task))
         methods = {*STUDY_METHODS, "blank_out", "input_gradients", "random",
-                   "input_x_gradient", "integrated_gradients"} | ({"attnlrp"} if task == "sst2" else set())  # fmt: skip
+                   "input_x_gradient", "integrated_gradients"} | ({"attnlrp", *DECOMPOSITION} if task == "sst2" else set())  # fmt: skip
         if task == "sst2":  # its rows rule is max: raw, rollout and flow are also scored at the CLS row
             methods |= {"raw_at_cls", "rollout_at_cls", "flow_at_cls"}
         plots = {f.name for f in paths.faithfulness_curves(task).iterdir()}  # dvc plots: a column per method
         assert plots == {"comprehensiveness.csv", "sufficiency.csv", "positive.csv", "negative.csv"}
         cost = pd.read_parquet(paths.method_cost(task)).set_index("method")
         assert (
-            set(cost.index) == methods - {"random"} | {"attnlrp"}
+            set(cost.index) == methods - {"random"} | {"attnlrp", *DECOMPOSITION}
             and cost.loc["input_x_gradient", "vs_gradient"] == 1
         )
-        assert (cost.loc["attnlrp", "skipped"] == "") == (
-            task == "sst2"
-        )  # no AttnLRP rules for the agreement encoder
+        # no AttnLRP rules for the agreement encoder, nor a Hugging Face model's vectors to decompose
+        assert ((cost.loc[["attnlrp", *DECOMPOSITION], "skipped"] == "") == (task == "sst2")).all()
         assert set(faith["method"]) == methods and set(faith["metric"]) >= {
             "comprehensiveness",
             "sufficiency",

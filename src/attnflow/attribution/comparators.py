@@ -5,11 +5,16 @@ Per sample, one score per token (T_i,) of the predicted class's logit z_c:
     input_x_gradient      Σ_h e_th ∂z_c/∂e_th                        one forward + one backward
     integrated_gradients  Σ_h (e_th − e'_th) ∫₀¹ ∂z_c(e' + α(e − e'))/∂e_th dα   captum, n_steps points
     attnlrp               AttnLRP input relevance (attnflow.attnlrp)   one forward + one backward per batch
+    attention_norm, globenc, alti, value_zeroing, decompx
+                          the norm- and decomposition-based methods (attnflow.methods) at the [CLS]
+                          row of the last layer, through `attnflow.hf.explain_batch` on the Hugging
+                          Face model inside the study's classifier (`HFClassifier.hf`)
 
 e are the word embeddings; the IG baseline e' replaces every token but the kept positions (CLS,
 SEP / EOS) by padding. AttnLRP has rules for the Hugging Face classes of
 ``attnflow.attnlrp.ARCHITECTURES``; for any other model (the agreement encoder) it is skipped with
-the reason. ``method_costs`` times every method of the table on the same sentences, in seconds per
+the reason, as are the decomposition methods (they read a Hugging Face encoder's own vectors;
+DecompX also its pooler and classification head). ``method_costs`` times every method of the table on the same sentences, in seconds per
 sentence and as a multiple of one gradient (``input_x_gradient``).
 """
 
@@ -25,10 +30,20 @@ import torch
 from attnflow.batches import length_batches, pad_batch
 from attnflow.modes import eval_mode
 
-__all__ = ["COMPARATORS", "GRADIENT", "comparator_scores", "compare_on_subset", "cost_steps", "method_costs"]
+__all__ = [
+    "COMPARATORS",
+    "DECOMPOSITION",
+    "GRADIENT",
+    "comparator_scores",
+    "compare_on_subset",
+    "cost_steps",
+    "method_costs",
+]
 
 GRADIENT = "input_x_gradient"  # the unit of cost: one forward and one backward
-COMPARATORS = (GRADIENT, "integrated_gradients", "attnlrp")
+# the norm- and decomposition-based methods (issue 56), scored on the study's Hugging Face classifier
+DECOMPOSITION = ("attention_norm", "globenc", "alti", "value_zeroing", "decompx")
+COMPARATORS = (GRADIENT, "integrated_gradients", "attnlrp", *DECOMPOSITION)
 IG_STEPS = 50  # captum's default number of integration points
 WARMUP = 1  # sentences each method runs on, untimed, before it is timed
 
@@ -81,10 +96,29 @@ def _attnlrp(model: Any, ids: torch.Tensor, mask: torch.Tensor, **_: Any) -> tor
     return out
 
 
+def _decomposition(name: str) -> Callable[..., torch.Tensor]:
+    def score(model: Any, ids: torch.Tensor, mask: torch.Tensor, **_: Any) -> torch.Tensor:
+        """The method's map at the [CLS] row of the last layer, each sample on its real tokens."""
+        from attnflow.hf import explain_batch
+
+        _, results = explain_batch(getattr(model, "hf", model), {"input_ids": ids, "attention_mask": mask},
+                                   methods=[name], layer=-1, rows="auto", residual=0.5, heads="mean",
+                                   target="predicted", extra_inputs=None)  # fmt: skip
+        out = torch.zeros(ids.shape, dtype=torch.float64)
+        for b, res in enumerate(results):
+            out[b, mask[b].bool().cpu()] = torch.from_numpy(
+                np.asarray(res["maps"][name][-1], dtype=np.float64)
+            )
+        return out
+
+    return score
+
+
 _SCORERS: dict[str, Callable[..., torch.Tensor]] = {
     GRADIENT: _input_x_gradient,
     "integrated_gradients": _integrated_gradients,
     "attnlrp": _attnlrp,
+    **{name: _decomposition(name) for name in DECOMPOSITION},
 }
 
 
@@ -101,6 +135,26 @@ def unavailable(model: Any, name: str) -> str | None:
 
         if find_spec("captum") is None:
             return "captum is not installed (pip install captum)"
+    if name in DECOMPOSITION:
+        return _decomposition_unavailable(model, name)
+    return None
+
+
+def _decomposition_unavailable(model: Any, name: str) -> str | None:
+    from attnflow.methods.decompx import check_model
+    from attnflow.needs.value_path import family
+
+    hf = getattr(model, "hf", None)
+    if hf is None:
+        return f"{name} reads a Hugging Face model's own vectors; {type(model).__name__} holds none"
+    try:
+        kind = family(hf)
+        if name == "decompx":
+            check_model(hf)
+    except ValueError as exc:
+        return str(exc)
+    if name in ("globenc", "alti") and kind != "encoder":
+        return f"{name} is defined for post-LayerNorm encoders; {type(hf).__name__} is a {kind} decoder"
     return None
 
 

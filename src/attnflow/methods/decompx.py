@@ -46,7 +46,7 @@ import numpy as np
 
 from . import MethodRecord
 
-__all__ = ["RECORDS", "decompx_contributions", "decompx_maps", "share_bias"]
+__all__ = ["RECORDS", "check_model", "decompx_contributions", "decompx_maps", "share_bias"]
 
 EPS = 1e-12  # the authors' guard in the bias shares and the zero-origin slopes
 
@@ -153,7 +153,9 @@ def decompx_contributions(model: Any, embedded: Any, attentions: Any) -> np.ndar
     return np.stack(out)
 
 
-def _check(model: Any) -> None:
+def check_model(model: Any) -> None:
+    """Refuse, in one line, a model DecompX is not defined for (a BERT-type encoder with a pooler and a
+    classification head)."""
     from attnflow.needs.value_path import family
 
     base = getattr(model, "base_model", None)
@@ -179,7 +181,7 @@ def decompx_maps(ctx: Any, valid: np.ndarray, positions: Sequence[int] | None) -
     from attnflow.modes import eval_mode
 
     model = ctx.model
-    _check(model)
+    check_model(model)
     device = model_device(model)
     batch: Mapping[str, Any] = {k: v.to(device) if isinstance(v, torch.Tensor) else v
                                 for k, v in ctx.inputs.items() if k not in TOKENIZER_ONLY_KEYS}  # fmt: skip

@@ -1,7 +1,11 @@
 """attnflow.compare: attnflow's methods in the evaluation tools researchers already use.
 
-- `token_attributions` (``scores``): one method ("raw", "rollout", "flow", "chefer",
-  "chefer_lrp", "attnlrp") as a (batch, token) score of token ids; the core of both adapters.
+- `token_attributions` (``scores``): one method (any of `attnflow.methods`: attention, model-level
+  such as DecompX or value zeroing, AttnLRP) as a (batch, token) score of token ids; the core of
+  both adapters.
+- `faithfulness_table` (``faithfulness``): AOPC comprehensiveness and sufficiency of any methods and
+  the gradient comparators on a Hugging Face classifier, with bootstrap intervals and the seconds
+  per text each took.
 - ``attnflow.compare.captum``: `AttnflowAttribution`, a captum ``Attribution`` for captum's
   metrics (infidelity, sensitivity_max) next to Saliency / IG / FeatureAblation; and
   `integrated_gradients`, IG × input per token through captum's ``LayerIntegratedGradients``.
@@ -16,11 +20,13 @@ captum and ferret are optional: ``pip install "attnflow[compare]"`` (ferret-xai 
 Importing this package needs neither; see docs/methods/compare.md.
 """
 
+from .faithfulness import faithfulness_table
 from .perturb import infidelity_masking, mask_tokens, sensitivity_masking
 from .scores import METHODS, logits_forward, token_attributions
 
 __all__ = [
     "METHODS",
+    "faithfulness_table",
     "infidelity_masking",
     "logits_forward",
     "mask_tokens",

@@ -35,6 +35,7 @@ __all__ = [
     "capture_split",
     "capture_study",
     "class_relevance",
+    "need_values",
     "select_samples",
 ]
 
@@ -281,7 +282,8 @@ def capture_study(
     device: str | torch.device = "cpu",
 ) -> StudySamples:
     """:func:`capture_split` and, when ``needs`` names them, the class-specific inputs of the
-    same samples (:func:`class_relevance`, explaining class ``target``).
+    same samples (:func:`class_relevance`, explaining class ``target``) and any other need a
+    method reads (:func:`need_values`: its record's capturer).
 
     A class index ``target`` is checked against the model's classes (its config's ``n_classes`` /
     ``num_labels``) before any sample is run, and against the width of its outputs after;
@@ -294,10 +296,51 @@ def capture_study(
     )  # fmt: skip
     if len(samples):
         _check_target(target, len(samples["probs"].iloc[0]))
-    extra = {}
-    if needs:
+    extra: dict[str, list[np.ndarray]] = {}
+    if class_needs := [n for n in needs if n in CLASS_INPUTS]:
         extra = class_relevance(
-            model, samples["input_ids"].tolist(), samples["label"].to_numpy(), needs=needs, target=target,
+            model, samples["input_ids"].tolist(), samples["label"].to_numpy(), needs=class_needs, target=target,
             pad_id=encoder.pad_id, batch_size=batch_size, device=device, progress=True,
         )  # fmt: skip
+    if other := [n for n in needs if n not in CLASS_INPUTS]:
+        extra.update(need_values(model, samples["input_ids"].tolist(), other, pad_id=encoder.pad_id,
+                                 batch_size=batch_size, device=device))  # fmt: skip
     return StudySamples(samples, attentions, extra)
+
+
+def need_values(
+    model: torch.nn.Module,
+    input_ids: Sequence[Sequence[int]],
+    needs: Sequence[str],
+    *,
+    pad_id: int = 0,
+    batch_size: int = 64,
+    device: str | torch.device = "cpu",
+    dtype: np.dtype | str = np.float32,
+) -> dict[str, list[np.ndarray]]:
+    """Per sample, each need of ``needs`` as its record captures it (`attnflow.needs`: the record's
+    capturer, run once per batch on the model, or on the Hugging Face model inside a study
+    classifier), cut to the sample's real tokens along the record's token axes. A need no record
+    captures is refused in one line naming it (a method from outside attnflow brings its own record,
+    `attnflow.needs.register_need`)."""
+    from attnflow.batches import pad_batch
+    from attnflow.needs import NEEDS
+
+    if missing := [n for n in needs if NEEDS.get(n) is None or NEEDS[n].capturer is None]:
+        raise ValueError(f"no need record captures {missing}; a method's needs are registered with "
+                         "attnflow.needs.register_need (a record with a capturer)")  # fmt: skip
+    rows = [np.asarray(r) for r in input_ids]
+    inner = getattr(model, "hf", model)  # the study's HFClassifier keeps the transformers model as .hf
+    out: dict[str, list[Any]] = {n: [None] * len(rows) for n in needs}
+    capturers = list(dict.fromkeys(NEEDS[n].capturer for n in needs))
+    for idx in length_batches([len(r) for r in rows], batch_size):
+        ids, mask = pad_batch([rows[i] for i in idx], pad_id)
+        got: dict[str, Any] = {}
+        with eval_mode(model), torch.no_grad():
+            for capturer in capturers:
+                got.update(capturer(inner, {"input_ids": ids.to(device), "attention_mask": mask.to(device)}))
+        for name in needs:
+            for row, i in enumerate(idx):
+                value = NEEDS[name].select(got[name], batch=row, tokens=np.arange(len(rows[i])))
+                out[name][i] = torch.as_tensor(value).float().cpu().numpy().astype(dtype)
+    return out

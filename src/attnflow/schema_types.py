@@ -6,6 +6,7 @@ re-exports every name here (see its docstring)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,7 @@ __all__ = [
     "FaithfulnessConfig",
     "FaithfulnessTaskConfig",
     "GenerateConfig",
+    "MethodNames",
     "IncludeCLS",
     "PathsConfig",
     "PronounsConfig",
@@ -285,10 +287,31 @@ class StudyConfig:
     tasks: list[str] = field(default_factory=list)
 
 
+class MethodNames(Sequence):
+    """The names of the method records a view returns (`attnflow.methods.study_methods`, ...), read
+    when asked: a method registered after import (a plugin, `attnflow.methods.register`) is a
+    choice of the config too."""
+
+    def __init__(self, view: Callable[[], list[Any]]) -> None:
+        self._view = view
+
+    def _names(self) -> tuple[str, ...]:
+        return tuple(r.name for r in self._view())
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._names()[i]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __repr__(self) -> str:
+        return repr(self._names())
+
+
 # Allowed values of string switches, by dotted key ("*" stands for any key at that level).
 # Task names and capture splits come from attnflow.tasks.TASKS.
 CHOICES: dict[str, tuple[str, ...]] = {
-    "explain.methods": tuple(r.name for r in study_methods()),
+    "explain.methods": MethodNames(study_methods),
     "capture.dtype": options.CAPTURE_DTYPES,
     "explain.heads": options.HEAD_AGGREGATIONS,
     "explain.cls_self": options.CLS_SELF_CHOICES,
@@ -306,7 +329,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "correlate.spearman": options.SPEARMAN_METHODS,
     "correlate.undefined": options.UNDEFINED,
     "faithfulness.removal": options.REMOVALS,
-    "generate.methods": tuple(r.name for r in generation_methods()),
+    "generate.methods": MethodNames(generation_methods),
     "generate.sinks": options.SINK_CHOICES,
     "generate.receptive_fields": options.RECEPTIVE_FIELDS,
     "pronouns.methods": options.PRONOUN_METHODS,

@@ -161,7 +161,9 @@ def explain_samples(
     batches = length_batches([a.shape[-1] for a in attn], batch_size)
     for idx in tqdm(batches, desc="explain", leave=False, disable=not progress):
         batch, lengths = pad_attentions([attn[i] for i in idx])
-        padded_extra = {k: _pad_like([v[i] for i in idx], batch.shape) for k, v in (extra or {}).items()}
+        padded_extra = {
+            k: _pad_like(k, [v[i] for i in idx], batch.shape[-1]) for k, v in (extra or {}).items()
+        }
         values = explain_batch(
             batch,
             lengths,
@@ -180,10 +182,22 @@ def explain_samples(
     return maps
 
 
-def _pad_like(arrays: Sequence[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
-    """(L, H, T_i, T_i) arrays -> zero-padded float64 (B, L, H, T, T)."""
-    out = np.zeros(shape)
+def _pad_like(name: str, arrays: Sequence[np.ndarray], tokens: int) -> np.ndarray:
+    """One need's per-sample arrays, zero-padded to ``tokens`` along its token axes (its record,
+    `attnflow.needs`; a need no record declares is shaped like the attention, (L, H, T_i, T_i)):
+    float64 (B, ...).
+
+    >>> _pad_like("attn_grad", [np.ones((1, 1, 2, 2))], 3)[0, 0, 0]
+    array([[1., 1., 0.],
+           [1., 1., 0.],
+           [0., 0., 0.]])
+    """
+    from attnflow.needs import NEEDS
+
+    record = NEEDS.get(name)
+    token_axes = record.token_axes if record is not None else (2, 3)
+    shape = [tokens if axis in token_axes else n for axis, n in enumerate(arrays[0].shape)]
+    out = np.zeros((len(arrays), *shape))
     for i, a in enumerate(arrays):
-        t = a.shape[-1]
-        out[i, ..., :t, :t] = a
+        out[(i, *(slice(0, n) for n in a.shape))] = a
     return out

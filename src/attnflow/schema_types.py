@@ -301,6 +301,12 @@ class MethodNames(Sequence):
     def __getitem__(self, i: Any) -> Any:
         return self._names()[i]
 
+    def __iter__(self) -> Any:  # one read of the records per pass (Sequence's would read them per item)
+        return iter(self._names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
     def __len__(self) -> int:
         return len(self._names())
 

@@ -99,22 +99,19 @@ def _layer(block: Any, e: Any, a: Any, x: Any, rows: slice) -> tuple[Any, Any]:
     heads, tokens = a.shape[0], e.shape[0]
     dh = w_v.shape[0] // heads
     a = a[:, rows]  # (H, R, T)
+    v = (e @ w_v.T + b_v).view(tokens, heads, dh)  # the layer's own value vectors (T, H, dh)
     if x is None:  # the authors' first layer: the value bias goes with α to each key
-        v = (e @ w_v.T + b_v).view(tokens, heads, dh)
         f = torch.einsum(
             "khe,hed->khd", v, w_o.T.reshape(heads, dh, -1)
         )  # f^h(e_k) = W_O^h (W_V^h e_k + b_V^h)
         z = torch.einsum("hik,khd->ikd", a, f)  # Σ_h α^h_ik f^h(e_k)
+        z += torch.diag_embed(e.T).permute(1, 2, 0)[rows]  # δ_ik e_i
+        z = _share_(z, b_o)
     else:  # Σ_h Σ_j α^h_ij W_O^h W_V^h x_j^k: the values of the components, mixed per head, then W_O
         vx = (x @ w_v.T).view(tokens, tokens, heads, dh)  # (T_j, K, H, dh)
         z = torch.einsum("hij,jkhd->ikhd", a, vx).reshape(a.shape[1], tokens, -1) @ w_o.T
-    if x is None:
-        z += torch.diag_embed(e.T).permute(1, 2, 0)[rows]  # δ_ik e_i
-        z = _share_(z, b_o)
-    else:
         z = _share_(z.add_(x[rows]), w_o @ b_v + b_o)
-    v = (e @ w_v.T + b_v).view(tokens, heads, dh).transpose(0, 1)  # (H, T, dh)
-    ctx = torch.einsum("hij,hjd->ihd", a, v).reshape(a.shape[1], -1)  # the model's own context vectors
+    ctx = torch.einsum("hij,jhd->ihd", a, v).reshape(a.shape[1], -1)  # the model's own context vectors
     pre1 = ctx @ w_o.T + b_o + e[rows]
     ln1 = att.output.LayerNorm
     n = _layer_norm_(z, pre1, ln1)
@@ -134,8 +131,9 @@ def decompx_contributions(model: Any, embedded: Any, attentions: Any) -> np.ndar
     """(L, T, C) of one sample: token k's share of each class logit, the head read at each layer l.
 
     ``embedded``: the embeddings' output (T, D) (the first layer's input), ``attentions``
-    (L, H, T, T), both on the sample's real tokens; every later state is the layers' own, recomputed. Computed in the model's float type (float32 at
-    least); the last layer at the [CLS] row only (the head reads nothing else).
+    (L, H, T, T), both on the sample's real tokens; every later state is the layers' own,
+    recomputed. Computed in the model's float type (float32 at least); the last layer at the [CLS]
+    row only (the head reads nothing else).
     """
     import torch
 

@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import sys
-import types
 from importlib import metadata
 from pathlib import Path
 
@@ -46,87 +45,11 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from long_inputs import Peak  # noqa: E402  (a sibling benchmark: the resident-set poller)
 
 RESULTS = ROOT / "benchmarks" / "results" / "answer_side_by_side.json"
 FILLER = ROOT.parent / "shared" / "data" / "sst2" / "glue_SST-2" / "train.tsv"
 ATTNFLOW_METHODS = ("input_gradients", "integrated_gradients", "attnlrp", "rollout")
 TOOLS = (*ATTNFLOW_METHODS, "flashtrace")
-
-
-def flashtrace_module():
-    """``flashtrace``, importable where its unused imports are absent: its package imports spacy
-    (sentence splitting) and wordfreq (a word-frequency weight) at module level, neither used by
-    ``FlashTrace.trace``; where they are missing (the GPU image), stand-ins that raise on use."""
-    import importlib.util
-
-    def raising(name):
-        def call(*args, **kwargs):
-            raise RuntimeError(f"{name} is a stand-in here (not installed): FlashTrace.trace does not use it")
-
-        return call
-
-    if importlib.util.find_spec("wordfreq") is None:
-        sys.modules["wordfreq"] = types.SimpleNamespace(zipf_frequency=raising("wordfreq"))
-    if importlib.util.find_spec("spacy") is None:
-
-        class _Blank:
-            def __init__(self):
-                self.pipe_names: list[str] = []
-
-            def add_pipe(self, *args, **kwargs):
-                self.pipe_names = [*self.pipe_names, args[0] if args else "pipe"]
-
-            def __call__(self, text):
-                raise RuntimeError("spacy is a stand-in here: FlashTrace.trace does not split sentences")
-
-        def load(name):
-            raise OSError(name)
-
-        language = types.SimpleNamespace(Language=types.SimpleNamespace(component=lambda name: lambda f: f))
-        sys.modules["spacy"] = types.SimpleNamespace(load=load, blank=lambda lang: _Blank())
-        sys.modules["spacy.language"] = language
-        sys.modules["spacy.tokens"] = types.SimpleNamespace(Doc=object)
-    import flashtrace
-
-    return flashtrace
-
-
-def measured(device: str, call):
-    """(result, seconds, peak bytes) of ``call()``; out of memory is (None, None, None)."""
-    import torch
-
-    if device == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        held = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-    try:
-        with Peak() as peak:
-            got = call()
-            if device == "cuda":
-                torch.cuda.synchronize()
-    except torch.OutOfMemoryError:
-        return None, None, None
-    extra = torch.cuda.max_memory_allocated() - held if device == "cuda" else peak.extra
-    return got, peak.seconds, extra
-
-
-def attribute(tool, model, tokenizer, tracer, ids, generated, span, prompt, user, device):
-    """The user tokens' weights (len(user),) by one tool, with its seconds and peak."""
-    from attnflow.answer import span_attribution
-    from attnflow.compare.flashtrace import flashtrace_weights
-
-    if tool == "flashtrace":
-        text = tokenizer.decode(generated)
-        return measured(device, lambda: flashtrace_weights(tracer, prompt, text, span, len(user)))
-    kwargs = {"span": span, "attention": "sdpa"}  # AttnLRP through the fused attention kernel
-    if tool == "rollout":
-        kwargs.update(sinks="auto", receptive_field="uniform")
-    got, seconds, peak = measured(
-        device, lambda: span_attribution(model, tokenizer, ids, generated, tool, **kwargs)
-    )
-    return (None if got is None else got[user]), seconds, peak
 
 
 def _fmt(ci, scale=1.0, digits=3) -> str:
@@ -145,7 +68,7 @@ def tables(summary: list[dict], meta: dict) -> str:
     for task, length in sorted({(r["task"], r["length"]) for r in summary}, key=lambda g: (g[0], g[1] or 0)):
         kept = meta["kept"].get(f"{task}/{length}", {})
         head = f"{task}" + (f", {length:,} tokens" if length else "")
-        what = "timed (random weights: not scored)" if meta["timing_only"] else "answered right and scored"
+        what = "timed (teacher-forced: not scored)" if meta["timing_only"] else "answered right and scored"
         lines += [f"**{head}** — {kept.get('kept', '?')} of {kept.get('built', '?')} items {what}", "",
                   "| method | RISE ↓ | MAS ↓ | recovery@10 % ↑ | s / item | peak MB | ΔRISE vs FT | ΔMAS vs FT | Δs vs FT |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
@@ -195,6 +118,19 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument(
         "--shape", default=None, help="a random-weight Llama (model_scale.py): time and memory only"
     )
+    ap.add_argument(
+        "--timing-only",
+        action="store_true",
+        help="time and memory only: the expected answer is the generation, nothing is scored",
+    )
+    ap.add_argument(
+        "--checkpoint", action="store_true", help="gradient methods: each block recomputed in the backward"
+    )
+    ap.add_argument(
+        "--isolate",
+        action="store_true",
+        help="each tool and length in a process of its own, its whole peak resident set measured",
+    )
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--seed", type=int, default=0)
@@ -213,15 +149,14 @@ def main(argv: list[str] | None = None) -> dict:
     tasks, lengths = args.tasks.split(","), [int(n) for n in args.lengths.split(",")]
     if unknown := sorted(set(tasks) - set(TASKS)):
         ap.error(f"--tasks: unknown {', '.join(unknown)}; the tasks are {', '.join(TASKS)}")
-    timing_only = args.shape is not None
+    if args.isolate:
+        return isolated(args, tools, [int(n) for n in args.lengths.split(",")], argv)
+    timing_only = args.shape is not None or args.timing_only
     if timing_only:
         tasks = ["retrieval"]
     model, tokenizer, name = load(args)
-    flashtrace_module()  # importable on an image without its unused imports
-    from attnflow.compare.flashtrace import tracer as make_tracer
-
-    tracer = make_tracer(model, tokenizer, recompute_attention=args.flashtrace_recompute)
-    from attnflow.answer import answer_target, build_items, item_scores
+    from attnflow.answer import build_items, compare_tools
+    from attnflow.compare.flashtrace import tracer
 
     filler = (
         [r.split("\t")[0] for r in args.filler.read_text().splitlines()[1:]] if "retrieval" in tasks else []
@@ -229,40 +164,16 @@ def main(argv: list[str] | None = None) -> dict:
     items = build_items(
         tasks, args.items, tokenizer=tokenizer, filler=filler, lengths=lengths, seed=args.seed
     )
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    rows, kept, slow, warm = [], {}, set(), set()
-    for k, item in enumerate(items):
-        length = item.meta.get("length")
-        group = kept.setdefault(f"{item.task}/{length}", {"built": 0, "kept": 0})
-        group["built"] += 1
-        target = answer_target(model, tokenizer, item, pad_id=pad, teacher_forced=timing_only)
-        if isinstance(target, str):  # why the item is not scored
-            group[target] = group.get(target, 0) + 1
-            continue
-        group["kept"] += 1
-        ids, user, generated, span = target
-        call = (model, tokenizer, tracer, ids, generated, span, item.prompt, user, args.device)
-        for tool in tools:
-            if (tool, length) in slow:
-                continue
-            if tool not in warm:  # the first call of each tool loads kernels and libraries: not timed
-                attribute(tool, *call)
-                warm.add(tool)
-            w, seconds, peak = attribute(tool, *call)
-            row = {"item": k, "task": item.task, "length": length, "tool": tool, "prompt_tokens": len(ids),
-                   "user_tokens": len(user), "span": list(span)}  # fmt: skip
-            if w is None:
-                row["out_of_memory"] = True
-                slow |= {(tool, n) for n in lengths if length is not None and n >= length}
-            else:
-                row.update(seconds=seconds, peak_bytes=float(peak), finite=bool(np.isfinite(w).all()))
-                if seconds > args.budget_s:
-                    slow |= {(tool, n) for n in lengths if length is not None and n > length}
-                if not timing_only:
-                    steps = None if len(user) <= args.full_curve else args.steps
-                    row.update(item_scores(model, tokenizer, item, target, w, pad_id=pad, steps=steps))
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+    trace = (
+        tracer(model, tokenizer, recompute_attention=args.flashtrace_recompute)
+        if "flashtrace" in tools
+        else None
+    )
+    rows, kept = compare_tools(
+        model, tokenizer, items, tools, tracer=trace, device=args.device, full_curve=args.full_curve,
+        steps=args.steps, budget_s=args.budget_s, timing_only=timing_only, checkpoint=args.checkpoint,
+        on_row=lambda row: print(json.dumps(row), flush=True),
+    )  # fmt: skip
     from attnflow.answer import summarise
 
     summary = summarise(rows)
@@ -270,11 +181,14 @@ def main(argv: list[str] | None = None) -> dict:
         "command": " ".join(["python benchmarks/answer_side_by_side.py", *(argv if argv is not None else sys.argv[1:])]),
         "model": name, "device": args.device, "torch": torch.__version__, "flashtrace": metadata.version("flashtrace"), "load_before": os.getloadavg(),
         "device_name": torch.cuda.get_device_name() if args.device == "cuda" else f"CPU ({os.cpu_count()} CPUs, {torch.backends.cpu.get_cpu_capability()})",
-        "deletion": "not scored (random weights)" if timing_only else
+        "deletion": "not scored (timing only)" if timing_only else
         f"every count up to {args.full_curve} user tokens, else {args.steps} + 1 counts interpolated",
         "kept": kept, "seed": args.seed,
         "attention": {"attnflow": "sdpa", "flashtrace": "sdpa, recomputed" if args.flashtrace_recompute else "eager"}, "timing_only": timing_only,
     }  # fmt: skip
+    import resource
+
+    meta["process_peak_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
     result = {"meta": meta, "rows": rows, "summary": summary}
     from attnflow.io import write_json
 
@@ -282,6 +196,43 @@ def main(argv: list[str] | None = None) -> dict:
     write_json(args.out, result)  # atomically; NaN as null
     print(tables(summary, meta))
     return result
+
+
+def isolated(args, tools: list[str], lengths: list[int], argv) -> dict:
+    """One process per (tool, length), shortest first, timing only: its seconds and the process's
+    whole peak resident set (model, libraries and all: what a memory budget holds); a tool stops
+    at its first length that runs out of memory or past --budget-s."""
+    import subprocess
+    import tempfile
+
+    rows = []
+    for tool in tools:
+        for n in lengths:
+            with tempfile.TemporaryDirectory() as tmp:
+                out = Path(tmp) / "r.json"
+                cmd = [sys.executable, __file__, "--timing-only", "--tasks", "retrieval", "--lengths", str(n),
+                       "--items", "1", "--methods", tool, "--device", args.device, "--out", str(out),
+                       *(["--checkpoint"] if args.checkpoint else [])]  # fmt: skip
+                done = subprocess.run(cmd, capture_output=True, text=True)
+                got = json.loads(out.read_text()) if done.returncode == 0 and out.is_file() else None
+            r = (got or {}).get("rows", [{}])[0]
+            row = {"tool": tool, "checkpoint": args.checkpoint, "length": n, "prompt_tokens": r.get("prompt_tokens"), "seconds": r.get("seconds"),
+                   "process_peak_bytes": got and got["meta"]["process_peak_bytes"],
+                   "out_of_memory": bool(r.get("out_of_memory")) or got is None,
+                   "error": None if got else done.stderr.strip().splitlines()[-1:]}  # fmt: skip
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            if row["out_of_memory"] or (row["seconds"] or 0) > args.budget_s:
+                break
+    import torch
+
+    meta = {"command": " ".join(["python benchmarks/answer_side_by_side.py", *(argv if argv is not None else sys.argv[1:])]),
+            "device_name": f"CPU ({os.cpu_count()} CPUs, {torch.backends.cpu.get_cpu_capability()})",
+            "load_before": os.getloadavg(), "torch": torch.__version__}  # fmt: skip
+    from attnflow.io import write_json
+
+    write_json(args.out, {"meta": meta, "rows": rows})
+    return {"meta": meta, "rows": rows}
 
 
 if __name__ == "__main__":

@@ -59,6 +59,7 @@ import time
 from pathlib import Path
 
 from attnflow import stage_cache
+from attnflow.resources import PAGE, Peak
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "long_inputs.json"
@@ -75,38 +76,6 @@ GRAD_PATHS = ("forward", "input-grad", "attnlrp", "attnlrp-checkpoint", "attnlrp
 EAGER_MAX = 1024
 _ATTNLRP_ATTENTION = {"attnlrp": "sdpa", "attnlrp-checkpoint": "checkpoint", "attnlrp-eager": "eager"}
 DEPTH_TOKENS, DEPTH_HEADS = 768, 32
-PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def rss() -> int:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * PAGE
-
-
-class Peak:
-    """The largest resident set while the block runs, polled on a thread."""
-
-    def __enter__(self):
-        import gc
-
-        gc.collect()
-        self.base = self.peak = rss()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
-        self.t0 = time.perf_counter()
-        return self
-
-    def _poll(self):
-        while not self._stop.wait(0.002):
-            self.peak = max(self.peak, rss())
-
-    def __exit__(self, *exc):
-        self.seconds = time.perf_counter() - self.t0
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, rss())
-        self.extra = self.peak - self.base
 
 
 def _tiny_llama(layers: int):

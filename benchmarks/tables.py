@@ -9,7 +9,7 @@ from ``flow_speed.json`` (every figure as a ratio against the baseline timed in 
 ``cold`` from ``cold_start.json``, ``long`` (docs/long-inputs.md only) from ``long_inputs.json`` and
 ``generation`` (the same page) from ``long_generation.json`` (written by the archived
 ``long_generation.py``: results/ARCHIVE.md), ``scale`` (the same page) from ``model_scale*.json``,
-``answer`` and ``answer_gpu`` (docs/answer-attribution.md) from ``answer_side_by_side*.json`` and
+``answer``, ``answer_longest`` and ``answer_gpu`` (docs/answer-attribution.md) from ``answer_side_by_side*.json`` and
 ``decomposition`` (docs/performance.md) from ``decomposition_cost.json`` (the tables those
 benchmarks print, from the same functions).
 The numbers are never typed by hand, so the documents say what the last committed run measured.
@@ -31,7 +31,7 @@ DOCUMENTS = {
     ROOT / "README.md": ("flow", "cold"),
     ROOT / "docs" / "performance.md": ("flow", "cold", "decomposition"),
     ROOT / "docs" / "long-inputs.md": ("long", "generation", "scale"),
-    ROOT / "docs" / "answer-attribution.md": ("answer", "answer_gpu"),
+    ROOT / "docs" / "answer-attribution.md": ("answer", "answer_longest", "answer_gpu"),
 }
 
 
@@ -193,6 +193,28 @@ def answer_table(
     return text + (f"\n{extra_note}\n" if extra_rows else "")
 
 
+def longest_table(result: dict, extra_rows: list[dict], extra_note: str, budget: float = 8 * 2**30) -> str:
+    """The --isolate run: per tool and length the seconds and the process's peak; ``extra_rows``
+    the rows a --checkpoint run printed before it was stopped (``extra_note`` says how); the longest
+    prompt each ran within ``budget`` bytes."""
+    meta = result["meta"]
+    lines = [f"`{meta['command']}` — {meta['device_name']}, torch {meta['torch']}, load {meta['load_before'][0]:.2f}.", "",
+             "| tool | tokens | s / item | process peak GiB |", "| --- | --- | --- | --- |"]  # fmt: skip
+    rows = [{**r, "tool": r["tool"] + (" (checkpointed)" if r.get("checkpoint") else "")}
+            for r in [*result["rows"], *extra_rows]]  # fmt: skip
+    for r in rows:
+        peak = "out of memory" if r["out_of_memory"] else f"{r['process_peak_bytes'] / 2**30:.2f}"
+        seconds = "" if r["seconds"] is None else f"{r['seconds']:.1f}"
+        lines.append(f"| {r['tool']} | {r['prompt_tokens'] or r['length']:,} | {seconds} | {peak} |")
+    best = {}
+    for r in rows:
+        if not r["out_of_memory"] and r["process_peak_bytes"] <= budget:
+            best[r["tool"]] = max(best.get(r["tool"], 0), r["prompt_tokens"])
+    lines += ["", "Longest prompt within 8 GiB: " + ", ".join(f"{t} {n:,} tokens" for t, n in best.items()) + ".",
+              "", extra_note]  # fmt: skip
+    return "\n".join(lines)
+
+
 def decomposition_table(result: dict) -> str:
     """The decomposition_cost.py run, as it prints it."""
     from decomposition_cost import table
@@ -223,6 +245,14 @@ def rendered() -> dict[str, str]:
             extra_built=24,
         ),
         "decomposition": decomposition_table(read("decomposition_cost.json")),
+        "answer_longest": longest_table(
+            read("answer_longest_cpu.json"),
+            _jsonl(RESULTS / "answer_longest_cpu_checkpoint.jsonl"),
+            "The checkpointed rows are those `python benchmarks/answer_side_by_side.py --isolate --checkpoint "
+            "--lengths 2048,4096,8192,16384 --methods attnlrp,input_gradients --budget-s 900` printed, run right "
+            "after the run above on the same machine; it was stopped after 17 minutes in AttnLRP's 16,384-token "
+            "process (to free the machine for the study), before its input-gradient rows.",
+        ),
         "answer_gpu": answer_table(
             read("answer_side_by_side_8b.json"),
             _jsonl(RESULTS / "answer_side_by_side_8b_5000.jsonl"),

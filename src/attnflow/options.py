@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "ANSWER_TASKS",
+    "ANSWER_TOOLS",
     "ANTECEDENT_REDUCTIONS",
     "ATTRIBUTION_METHODS",
     "AT_LEAST_0",
@@ -47,6 +49,8 @@ __all__ = [
     "SINK_CHOICES",
     "SINK_MODES",
     "SINK_SCOPES",
+    "SPAN_ATTENTION_METHODS",
+    "SPAN_GRADIENT_METHODS",
     "SPEARMAN_METHODS",
     "TEACHERS",
     "UNDEFINED",
@@ -128,6 +132,12 @@ GENERATION_OVER = ("prompt", "all")
 # of their absolute values (for signed maps: influence either way)
 PRONOUN_METHODS = ("raw", "rollout", "flow", "attnlrp", "integrated_gradients")
 ANTECEDENT_REDUCTIONS = ("max", "sum", "max_abs")
+# answer attribution (attnflow.answer, the `answer` stage): the tasks whose source tokens are known,
+# the span methods (gradient ones, attention ones) and the tools compared (those and FlashTrace)
+ANSWER_TASKS = ("arithmetic", "multihop", "retrieval")
+SPAN_GRADIENT_METHODS = ("input_gradients", "integrated_gradients", "attnlrp")
+SPAN_ATTENTION_METHODS = ("raw", "rollout", "flow", "chefer")
+ANSWER_TOOLS = (*SPAN_GRADIENT_METHODS, *SPAN_ATTENTION_METHODS, "flashtrace")
 
 # the capture stage (attnflow.capture)
 CAPTURE_DTYPES = ("float16", "float32")

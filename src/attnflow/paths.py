@@ -187,6 +187,12 @@ class StudyPaths:
         return self.explain / "pronouns" / "maps.safetensors"
 
     @property
+    def answer(self) -> Path:
+        """The answer-attribution comparison's tables (rows.parquet: one per item and tool;
+        summary.parquet: per task, length and tool; summary.json)."""
+        return self.reports / "answer"
+
+    @property
     def stage_times(self) -> Path:
         """Each stage's wall-clock seconds and commit in the last ``dvc repro`` (``pipelines.stage_times``)."""
         return self.reports / "stage_times.csv"

@@ -28,6 +28,7 @@ from attnflow.schema_types import (
     EXPERIMENT_NAME,
     MISSING,
     STUDY_NAME,
+    AnswerConfig,
     AttributionConfig,
     CaptureConfig,
     CaptureTaskConfig,
@@ -58,6 +59,7 @@ __all__ = [
     "STUDY_NAME",
     "STUDY_RULES",
     "TASK_RULES",
+    "AnswerConfig",
     "AttributionConfig",
     "CaptureConfig",
     "CaptureTaskConfig",
@@ -208,11 +210,22 @@ def _faithfulness_layers_exist(study: dict) -> str | None:
     return None
 
 
+def _answer_reference_is_run(study: dict) -> str | None:
+    answer = study["answer"]
+    if answer["reference"] not in answer["methods"]:
+        return (
+            f"answer.reference={answer['reference']!r}: the tool every other is paired with must be "
+            f"one of answer.methods={answer['methods']}"
+        )
+    return None
+
+
 # Rules across the study's groups: problem or None.
 STUDY_RULES: tuple[Callable[[dict], str | None], ...] = (
     _cls_ranked_only_if_blanked,
     _class_indices_exist,
     _faithfulness_layers_exist,
+    _answer_reference_is_run,
 )
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "EXPERIMENT_NAME",
     "MISSING",
     "STUDY_NAME",
+    "AnswerConfig",
     "AttributionConfig",
     "CaptureConfig",
     "CaptureTaskConfig",
@@ -231,6 +232,22 @@ class PronounsConfig:
 
 
 @dataclass
+class AnswerConfig:
+    """``answer``: generated answers attributed to their prompts, side by side with FlashTrace, on the
+    packaged causal LM (attnflow.answer): items with known sources, RISE, MAS and recovery@10 %."""
+
+    tasks: list[str] = ranged(nonempty("name at least one task"), factory=list)
+    lengths: list[int] = ranged(AT_LEAST_1, factory=list, each=True)  # retrieval prompts' tokens
+    n_items: int = ranged(AT_LEAST_1)  # built per task (and length); scored: those answered right
+    methods: list[str] = ranged(nonempty("name at least one method"), factory=list)
+    reference: str = MISSING  # the tool every other is paired with, item by item
+    ig_steps: int = ranged(AT_LEAST_1)
+    full_curve: int = ranged(AT_LEAST_1)  # every deletion count up to this many user tokens
+    steps: int = ranged(AT_LEAST_1)  # else this many + 1 counts, interpolated
+    n_boot: int = ranged(AT_LEAST_1)
+
+
+@dataclass
 class ReportConfig:
     n_examples: int = ranged(AT_LEAST_0)
     examples: list[str] = field(default_factory=list)
@@ -280,6 +297,7 @@ class StudyConfig:
     faithfulness: FaithfulnessConfig = field(default_factory=FaithfulnessConfig)
     generate: GenerateConfig = field(default_factory=GenerateConfig)
     pronouns: PronounsConfig = field(default_factory=PronounsConfig)
+    answer: AnswerConfig = field(default_factory=AnswerConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     study: str = ranged(STUDY_NAME)
@@ -340,4 +358,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "generate.receptive_fields": options.RECEPTIVE_FIELDS,
     "pronouns.methods": options.PRONOUN_METHODS,
     "pronouns.reduce": options.ANTECEDENT_REDUCTIONS,
+    "answer.tasks": options.ANSWER_TASKS,
+    "answer.methods": options.ANSWER_TOOLS,
+    "answer.reference": options.ANSWER_TOOLS,
 }

@@ -89,7 +89,11 @@ def test_the_flow_kernels_cpp_sources_are_deps_of_exactly_the_stages_that_import
 def test_a_generation_module_reruns_only_the_stages_that_use_generation():
     text = (ROOT / "dvc.yaml").read_text(encoding="utf-8")
     for f in ("src/attnflow/generate/result.py", "src/attnflow/generate/explanation.py"):
-        assert dvc_deps.stages_listing(f, text) == ["generate", "report"]
+        assert dvc_deps.stages_listing(f, text) == [
+            "generate",
+            "answer",
+            "report",
+        ]  # answer: span attention through generate
     assert "train" not in dvc_deps.stages_listing("src/attnflow/models/smollm2.py", text)
 
 

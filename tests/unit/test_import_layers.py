@@ -17,7 +17,18 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 # is a top-level module or package of attnflow; "attnflow" is the package's __init__ (its version,
 # and public names imported lazily by string: it imports nothing of attnflow statically).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("attnflow", "options", "_extras", "io", "paths", "batches", "devices", "modes", "explanation_file"),
+    (
+        "attnflow",
+        "options",
+        "_extras",
+        "io",
+        "paths",
+        "batches",
+        "devices",
+        "modes",
+        "explanation_file",
+        "resources",
+    ),
     ("data", "metrics", "viz", "sweep", "stage_cache"),
     ("models", "display"),
     ("lrp", "tasks", "tracking"),

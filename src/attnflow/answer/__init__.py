@@ -6,7 +6,8 @@ RISE / MAS (`attnflow.answer.metrics`), `recovery_at` the share of known source 
 first; `attnflow.answer.tasks` builds items with known sources offline, `attnflow.answer.chat`
 puts them in a chat model's template and finds the answer in its generation, and
 `attnflow.answer.compare` summarises several methods on the same items (the FlashTrace side of
-such a comparison: `attnflow.compare.flashtrace`).
+such a comparison: `attnflow.compare.flashtrace`), and `attnflow.answer.study` runs and saves that
+comparison in one call (the ``answer`` stage, `benchmarks/answer_side_by_side.py`).
 """
 
 from .chat import TEMPLATE, answer_span, chat_prompt, user_gold_positions
@@ -14,6 +15,7 @@ from .compare import answer_target, bootstrap, item_scores, summarise
 from .deletion import deletion_scores, guided_deletion
 from .metrics import auc, deletion_areas, deletion_order, recovery_at
 from .span import ATTENTION_METHODS, GRADIENT_METHODS, SPAN_METHODS, span_attribution
+from .study import answer_tables, compare_tools, run_meta, save_answer_study, tool_weights
 from .tasks import (
     TASKS,
     AnswerItem,
@@ -32,12 +34,14 @@ __all__ = [
     "TEMPLATE",
     "AnswerItem",
     "answer_span",
+    "answer_tables",
     "answer_target",
     "arithmetic_items",
     "auc",
     "bootstrap",
     "build_items",
     "chat_prompt",
+    "compare_tools",
     "deletion_areas",
     "deletion_order",
     "deletion_scores",
@@ -47,7 +51,10 @@ __all__ = [
     "multihop_items",
     "recovery_at",
     "retrieval_items",
+    "run_meta",
+    "save_answer_study",
     "span_attribution",
     "summarise",
+    "tool_weights",
     "user_gold_positions",
 ]

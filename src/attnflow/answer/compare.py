@@ -94,7 +94,9 @@ def bootstrap(values: Iterable[Any], n_boot: int = N_BOOT, seed: int = 0) -> tup
     return nested_bootstrap_mean([v], n_boot=n_boot, seed=seed)  # one group: the items
 
 
-def summarise(rows: Sequence[dict[str, Any]], reference: str = "flashtrace") -> list[dict[str, Any]]:
+def summarise(
+    rows: Sequence[dict[str, Any]], reference: str = "flashtrace", *, n_boot: int = N_BOOT, seed: int = 0
+) -> list[dict[str, Any]]:
     """One row per (task, length, tool), tools in their order of appearance: ``items``,
     ``out_of_memory`` and, per score, (mean, low, high); for every tool but ``reference``,
     ``{score}_minus_{reference}``: the bootstrap of the paired differences on shared items."""
@@ -111,10 +113,10 @@ def summarise(rows: Sequence[dict[str, Any]], reference: str = "flashtrace") -> 
             row = {"task": task, "length": length, "tool": tool, "items": len(mine),
                    "out_of_memory": sum(1 for r in mine if r.get("out_of_memory"))}  # fmt: skip
             for key in SCORES:
-                row[key] = bootstrap(r.get(key) for r in mine)
+                row[key] = bootstrap((r.get(key) for r in mine), n_boot, seed)
                 if tool != reference and key in PAIRED:
                     pairs = [r[key] - ref[r["item"]][key] for r in mine
                              if r.get(key) is not None and ref.get(r["item"], {}).get(key) is not None]  # fmt: skip
-                    row[f"{key}_minus_{reference}"] = bootstrap(pairs)
+                    row[f"{key}_minus_{reference}"] = bootstrap(pairs, n_boot, seed)
             out.append(row)
     return out

@@ -19,15 +19,25 @@ there), at the last layer, and sum them over the explained tokens: w_j = Σ_{t=s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
-__all__ = ["ATTENTION_METHODS", "GRADIENT_METHODS", "SPAN_METHODS", "explained_span", "span_attribution"]
+from attnflow.options import SPAN_ATTENTION_METHODS as ATTENTION_METHODS
+from attnflow.options import SPAN_GRADIENT_METHODS as GRADIENT_METHODS
 
-GRADIENT_METHODS = ("input_gradients", "integrated_gradients", "attnlrp")
-ATTENTION_METHODS = ("raw", "rollout", "flow", "chefer")
+__all__ = [
+    "ATTENTION_METHODS",
+    "GRADIENT_METHODS",
+    "SPAN_METHODS",
+    "blocks",
+    "checkpointed_blocks",
+    "explained_span",
+    "span_attribution",
+]
+
 SPAN_METHODS = GRADIENT_METHODS + ATTENTION_METHODS
 IG_STEPS = 16  # Riemann points of integrated gradients (midpoint-free right sums, as FlashTrace's 20)
 
@@ -67,6 +77,37 @@ def _summed_logits(logits: Any, sequence: Sequence[int], n_prompt: int, span: tu
     return rows.gather(2, targets[None, :, None].expand(rows.shape[0], len(targets), 1))[..., 0].sum(-1)
 
 
+def blocks(model: Any) -> Any:
+    """The model's list of transformer blocks: its first ``nn.ModuleList`` holding as many modules
+    as the config has layers."""
+    import torch
+
+    n = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and n is not None and len(module) == n:
+            return module
+    raise ValueError(f"{type(model).__name__}: no list of {n} transformer blocks found to checkpoint")
+
+
+@contextmanager
+def checkpointed_blocks(model: Any) -> Iterator[None]:
+    """Within the block, each transformer block keeps only its input for the backward and runs its
+    forward again there (``torch.utils.checkpoint``, non-reentrant): activation memory of one block
+    instead of all, for one more forward. Gradients are unchanged."""
+    from functools import partial
+
+    from torch.utils.checkpoint import checkpoint
+
+    patched = list(blocks(model))
+    for block in patched:
+        block.forward = partial(checkpoint, block.forward, use_reentrant=False)
+    try:
+        yield
+    finally:
+        for block in patched:
+            del block.forward  # the class's forward again
+
+
 def _embedding_gradient(
     model: Any,
     sequence: list[int],
@@ -75,9 +116,11 @@ def _embedding_gradient(
     *,
     scales: Sequence[float],
     rules: Any = None,
+    checkpoint: bool = False,
 ) -> np.ndarray:
     """Σ_d e ⊙ mean_k ∂y/∂e at (scale_k · e), over the prompt positions; one batched backward.
-    ``rules``: a context manager the forward and backward run in (AttnLRP's rules), or None."""
+    ``rules``: a context manager the forward and backward run in (AttnLRP's rules), or None;
+    ``checkpoint``: the blocks recomputed in the backward (`checkpointed_blocks`)."""
     from contextlib import nullcontext
 
     import torch
@@ -92,9 +135,11 @@ def _embedding_gradient(
         alphas = torch.tensor(list(scales), dtype=embeds.dtype, device=device)[:, None, None]
         scaled = (alphas * embeds).requires_grad_(True)  # (K, T - 1, D)
         mask = torch.ones(scaled.shape[:2], dtype=torch.long, device=device)
-        with rules if rules is not None else nullcontext():
+        recompute = checkpointed_blocks(model) if checkpoint else nullcontext()
+        with rules if rules is not None else nullcontext(), recompute:
             # the rows from the first explained token's on: no (T, V) logits and no gradient of them
             kept = {"logits_to_keep": len(sequence) - n_prompt - span[0]} if keeps_logits(model) else {}
+            kept |= {"use_cache": False} if checkpoint else {}
             logits = model(inputs_embeds=scaled, attention_mask=mask, **kept).logits
             y = _summed_logits(logits, sequence, n_prompt, span)
             (grad,) = torch.autograd.grad(y.sum(), scaled)
@@ -114,30 +159,33 @@ def span_attribution(
     ig_steps: int = IG_STEPS,
     attention: str = "eager",
     span: tuple[int, int] | None = None,
+    checkpoint: bool = False,
 ) -> np.ndarray:
     """(P,) the attribution of each prompt token to the answer's tokens ``span`` (inclusive indices
     into ``answer_ids``; None: all of them) by ``method`` (module docstring).
 
     sinks / receptive_field: the attention methods' corrections (`attnflow.generate.explain_generation`);
-    attention: how AttnLRP runs attention ("eager", "sdpa", "checkpoint": `attnflow.attnlrp`).
+    attention: how AttnLRP runs attention ("eager", "sdpa", "checkpoint": `attnflow.attnlrp`);
+    checkpoint: the gradient methods keep one block's activations at a time and recompute the
+    others in the backward (`checkpointed_blocks`: long prompts in less memory, one more forward).
     """
     if method not in SPAN_METHODS:
         raise ValueError(f"unknown span method {method!r}; choose from {', '.join(SPAN_METHODS)}")
     sequence, n_prompt, n_answer = _ids(prompt_ids, answer_ids)
     target = explained_span(n_answer, span)
     if method == "input_gradients":
-        return _embedding_gradient(model, sequence, n_prompt, target, scales=[1.0])
+        return _embedding_gradient(model, sequence, n_prompt, target, scales=[1.0], checkpoint=checkpoint)
     if method == "integrated_gradients":
         if ig_steps < 1:
             raise ValueError(f"ig_steps must be at least 1, got {ig_steps}")
-        return _embedding_gradient(
-            model, sequence, n_prompt, target, scales=[k / ig_steps for k in range(1, ig_steps + 1)]
-        )
+        scales = [k / ig_steps for k in range(1, ig_steps + 1)]
+        return _embedding_gradient(model, sequence, n_prompt, target, scales=scales, checkpoint=checkpoint)
     if method == "attnlrp":
         from attnflow.attnlrp.patch import attnlrp_rules
 
+        rules = attnlrp_rules(model, attention=attention)
         return _embedding_gradient(
-            model, sequence, n_prompt, target, scales=[1.0], rules=attnlrp_rules(model, attention=attention)
+            model, sequence, n_prompt, target, scales=[1.0], rules=rules, checkpoint=checkpoint
         )
     from attnflow.generate import explain_generation
 

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from attnflow.options import ANSWER_TASKS as TASKS
+
 __all__ = [
     "TASKS",
     "AnswerItem",
@@ -32,7 +34,6 @@ __all__ = [
     "retrieval_items",
 ]
 
-TASKS = ("arithmetic", "multihop", "retrieval")
 
 NAMES = ("Anna", "Ben", "Clara", "David", "Emma", "Felix", "Grace", "Henry", "Iris", "Jack", "Lena", "Mark")
 OBJECTS = ("apple", "book", "coin", "pencil", "card", "stone", "shell", "ticket")

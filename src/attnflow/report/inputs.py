@@ -97,7 +97,7 @@ class MissingInputs(ArtifactError):
 
 def optional_groups(paths: StudyPaths) -> dict[str, list[Path]]:
     """The report's optional parts, each whole or absent: a seed sweep, a recipe sweep, the
-    generation study and the pronoun test (the files each section reads)."""
+    generation study, the pronoun test and the answer attribution (the files each section reads)."""
     return {
         "seed sweep": [paths.sweep, paths.sweep_jobs],
         "recipe sweep": [paths.recipes, paths.recipe_jobs],
@@ -105,6 +105,7 @@ def optional_groups(paths: StudyPaths) -> dict[str, list[Path]]:
                        paths.generations / "long.safetensors"],
         "pronouns": [paths.pronouns / f for f in ("summary.json", "sentences.parquet", "scores.parquet",
                                                   "shares.parquet")] + [paths.pronoun_maps],
+        "answer attribution": [paths.answer / f for f in ("rows.parquet", "summary.parquet", "summary.json")],
     }  # fmt: skip
 
 

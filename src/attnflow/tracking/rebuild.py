@@ -76,12 +76,13 @@ def _correlation_cells(payload: Mapping[str, Any]) -> dict[str, float]:
 
 # What a stage's body logs (besides log_outputs) that a committed metrics file holds: the file's
 # stem, and the metrics made of its payload. prepare, generate and pronouns log the file's payload
-# as it is; correlate the mean of each cell.
+# as it is; correlate the mean of each cell; answer its "metrics" node.
 BODY_METRICS: dict[str, tuple[str, Callable[[Mapping[str, Any]], Mapping[str, Any]]]] = {
     "prepare": ("data_summary", dict),
     "generate": ("summary", dict),
     "pronouns": ("summary", dict),
     "correlate": ("correlations", _correlation_cells),
+    "answer": ("summary", lambda payload: payload["metrics"]),
 }
 
 

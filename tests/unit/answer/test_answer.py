@@ -219,3 +219,32 @@ def test_keeping_only_the_explained_rows_logits_changes_no_value(method, monkeyp
     monkeypatch.setattr(attnflow.modes, "keeps_logits", lambda m: False)
     full = span_attribution(model, None, PROMPT, ANSWER, method, span=(1, len(ANSWER) - 1))
     np.testing.assert_allclose(kept, full, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("method", ["input_gradients", "integrated_gradients", "attnlrp"])
+def test_checkpointed_blocks_give_the_same_weights_and_keep_less_for_the_backward(method):
+    """checkpoint=True: the same values (each block recomputed in the backward), the blocks' own
+    forward back afterwards, and a fraction of the bytes autograd keeps for the backward."""
+    from attnflow.answer.span import blocks
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                                      num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
+    model = transformers.LlamaForCausalLM(config).eval()
+    prompt, answer = list(range(3, 60)), [5, 6, 7]
+    kept = []
+
+    def pack(t):
+        kept.append(t.numel() * t.element_size())
+        return t
+
+    options = {"attention": "sdpa"} if method == "attnlrp" else {}
+    sizes = {}
+    for checkpoint in (False, True):
+        kept.clear()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            w = span_attribution(model, None, prompt, answer, method, checkpoint=checkpoint, **options)
+        sizes[checkpoint] = (w, sum(kept))
+    np.testing.assert_array_equal(sizes[True][0], sizes[False][0])
+    assert sizes[True][1] < 0.5 * sizes[False][1]
+    assert all("forward" not in vars(b) for b in blocks(model))

@@ -39,7 +39,9 @@ def test_a_methods_score_is_the_perturbation_tests_own(bert, texts):
                                          random_seed=None, pad_id=tokenizer.pad_token_id, keep_positions=(0, -1))  # fmt: skip
     direct = per_sample[(per_sample["metric"] == "comprehensiveness")]["value"].mean()
     got = table[(table["method"] == "decompx") & (table["metric"] == "comprehensiveness")]["mean"].item()
-    assert got == pytest.approx(direct, abs=1e-6)  # float32 model: batches of other shapes differ in the last bits
+    assert got == pytest.approx(
+        direct, abs=1e-6
+    )  # float32 model: batches of other shapes differ in the last bits
 
 
 def test_no_texts_is_refused(bert):

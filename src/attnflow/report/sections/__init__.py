@@ -2,8 +2,10 @@
 
 from . import (
     accuracy,
+    answer,
     claims,
     curves,
+    decomposition,
     faithfulness,
     findings,
     generation,
@@ -35,9 +37,11 @@ SECTIONS = (
     sensitivity.section,
     curves.section,
     heads.section,
+    decomposition.section,
     faithfulness.section,
     generation.section,
     pronouns.section,
+    answer.section,
     maps.section,
     seeds.section,
     recipes.section,

@@ -19,15 +19,17 @@ import yaml
 from omegaconf import DictConfig
 
 from attnflow.io import write_text
+from attnflow.lockfile import lock_deps
 from attnflow.paths import StudyPaths
 from attnflow.report.glance import refresh
-from attnflow.report.stage_times import MARKERS, from_store, markdown, read_table, with_code
+from attnflow.report.stage_times import MARKERS, from_store, markdown, read_table, untimed, with_code
 from attnflow.sweep import code_state
 from attnflow.tracking import config_hash, tracking_uri
 from pipelines import _config, dvc_deps
 
 CSV = StudyPaths.from_config(_config.load(_config.ROOT / _config.PARAMS).paths, root=_config.ROOT).stage_times
 DOC = _config.ROOT / "docs" / "results.md"
+LOCK = _config.ROOT / "dvc.lock"
 
 
 def stage_code(cfg: DictConfig) -> pd.DataFrame:
@@ -37,7 +39,15 @@ def stage_code(cfg: DictConfig) -> pd.DataFrame:
     uri, cfg_hash = tracking_uri(cfg.tracking.uri), config_hash(_config.to_dict(cfg))
     table = from_store(uri, cfg.tracking.experiment, cfg_hash, order)
     head = code_state(_config.ROOT)["commit"] or ""
-    return with_code(table, _config.ROOT, lambda stage: dvc_deps.stage_deps(stage, []), head)
+    lock = yaml.safe_load(LOCK.read_text(encoding="utf-8")) if LOCK.is_file() else {}
+    return with_code(table, _config.ROOT, lambda stage: dvc_deps.stage_deps(stage, []), head,
+                     recorded=lambda stage, task: lock_deps(lock, stage, task))  # fmt: skip
+
+
+def docs_table() -> str:
+    """The docs' table of the csv, naming the stages of dvc.lock the csv has no run for."""
+    table = read_table(CSV)
+    return markdown(table, untimed(table, list(yaml.safe_load(LOCK.read_text(encoding="utf-8"))["stages"])))
 
 
 def main() -> int:
@@ -49,7 +59,7 @@ def main() -> int:
         except ValueError as exc:
             sys.exit(f"error: {exc}")
         write_text(CSV, table.to_csv(index=False))
-    return refresh(DOC, markdown(read_table(CSV)), check=parser.parse_args().check, what="the stage-time table",
+    return refresh(DOC, docs_table(), check=parser.parse_args().check, what="the stage-time table",
                    command="python -m pipelines.stage_times", markers=MARKERS)  # fmt: skip
 
 

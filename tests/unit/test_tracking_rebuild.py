@@ -186,3 +186,35 @@ def test_a_sweep_jobs_headline_is_its_accuracy_its_configured_head_mean_cells_an
                    "a/faithfulness/flow/comprehensiveness": 0.25,
                    "a/faithfulness/random/comprehensiveness": 0.0625}  # fmt: skip
     assert [job["job"] for _, job in rebuild.sweep_jobs(study / "reports")] == ["0"]  # the failed one is not
+
+
+def test_a_stage_of_dvc_lock_the_stage_time_table_lacks_is_still_rebuilt_untimed(study):
+    # train@agreement's run was not found when the table was written (its config changed under it):
+    # its outputs are committed all the same, so its run (and the accuracy on the parent) is rebuilt
+    (study / "reports" / "stage_times.csv").write_text(
+        "stage,task,seconds,commit\nreport,,1.5,0123456789ab\n"
+    )
+    lock = {"schema": "2.0", "stages": {"correlate@a": {"deps": []}, "report": {"deps": []}}}
+    got = rebuild.stage_runs(study / "reports", lock)
+    assert got == [
+        rebuild.StageExecution("report", None, 1.5, "0123456789ab"),
+        rebuild.StageExecution("correlate", "a", None, rebuild.UNKNOWN),
+    ]
+    assert rebuild.stage_runs(study / "reports") == got[:1]  # no lock: the table's rows only
+
+
+@pytest.mark.slow  # one MLflow sqlite store: ~10-20 s on 2 busy cores
+def test_the_untimed_stage_gets_its_run_and_its_metrics_on_the_parent_without_a_wall_time(study, tmp_path):
+    (study / "reports" / "stage_times.csv").write_text(
+        "stage,task,seconds,commit\nreport,,1.5,0123456789ab\n"
+    )
+    (study / "dvc.lock").write_text("schema: '2.0'\nstages:\n  correlate@a: {}\n  report: {}\n")
+    store = f"sqlite:///{tmp_path / 'rebuilt.db'}"
+    made = rebuild.rebuild_store(study, store)
+    client = mlflow.MlflowClient(store)
+    run = client.get_run(made.runs["correlate@a"])
+    assert run.data.tags["git_commit"] == rebuild.UNKNOWN and "wall_time_s" not in run.data.metrics
+    assert run.data.metrics["corr/blank_out/flow"] == 0.75  # (its last step: layer 2)
+    parent = client.get_run(made.parent_id)
+    assert parent.data.tags["git_commit"] == "0123456789ab"  # the timed stages' commit
+    assert "a/corr/blank_out/flow" in parent.data.metrics

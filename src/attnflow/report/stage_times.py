@@ -16,7 +16,7 @@ and ``<!-- /results:stage_times -->`` in ``docs/results.md`` from that file.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ __all__ = [
     "read_table",
     "stage_times",
     "totals",
+    "untimed",
     "with_code",
 ]
 
@@ -60,13 +61,19 @@ def stage_times(runs: Sequence[Any], order: Sequence[str] = ()) -> pd.DataFrame:
             "stage": stage,
             "task": task,
             "seconds": round(float(run.data.metrics["wall_time_s"]), 1),
-            "commit": (run.data.tags.get("git_commit") or "")[:12],
+            "commit": _short(run.data.tags.get("git_commit") or ""),
         }
         for (stage, task), run in latest.items()
     ]
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     table["_rank"] = table["stage"].map(lambda s: rank.get(s, len(rank)))
     return table.sort_values(["_rank", "stage", "task"]).drop(columns="_rank").reset_index(drop=True)
+
+
+def _short(commit: str) -> str:
+    """A commit's 12 first characters, keeping ``+dirty`` (the run was of uncommitted changes)."""
+    sha, plus, rest = commit.partition("+")
+    return sha[:12] + plus + rest
 
 
 def from_store(uri: str, experiment: str, config_hash: str, order: Sequence[str] = ()) -> pd.DataFrame:
@@ -83,25 +90,40 @@ def from_store(uri: str, experiment: str, config_hash: str, order: Sequence[str]
 
 
 def with_code(
-    table: pd.DataFrame, root: Path, deps: Callable[[str], Sequence[str]], head: str
+    table: pd.DataFrame,
+    root: Path,
+    deps: Callable[[str], Sequence[str]],
+    head: str,
+    recorded: Callable[[str, str], Mapping[str, str] | None] | None = None,
 ) -> pd.DataFrame:
     """``table`` with a column ``code``: for each stage run, whether the code files its stage declares
-    (``deps(stage)``: dvc.yaml's deps) are the same at the commit that ran it as in the checkout at
-    ``head``: :data:`SAME_CODE`, "changed: <files>", or "unknown" (git cannot tell). A stage that ran at
-    an earlier commit but whose declared code did not change since is the code of ``head``, as
-    ``dvc status`` also says; one commit then stands behind every number.
+    (``deps(stage)``: dvc.yaml's deps) are those of the checkout at ``head``: :data:`SAME_CODE`,
+    "changed: <files>", or "unknown" (nothing can tell). ``recorded(stage, task)``: the md5 per
+    dependency that dvc.lock holds for the stage execution (None: not there). Where it covers every
+    declared file, they are compared with the checkout's (`attnflow.lockfile.lock_md5`): the code the
+    outputs were made with, whether the run was of a commit or of uncommitted changes (a commit
+    ending ``+dirty``), as ``dvc status`` compares them. Elsewhere git compares the commit that ran
+    it with the checkout. A stage whose declared code did not change since is the code of ``head``;
+    one commit then stands behind every number.
     """
+    from attnflow.lockfile import lock_md5
     from attnflow.sweep import changed_since
 
+    def said(changed: Sequence[str] | None) -> str:
+        if changed is None:
+            return "unknown"
+        return SAME_CODE if not changed else "changed: " + ", ".join(changed)
+
     def code(row: Any) -> str:
+        files = list(deps(row.stage))
+        lock = recorded(row.stage, row.task) if recorded is not None else None
+        if lock and files and all(f in lock for f in files):
+            return said([f for f in files if lock_md5(Path(root) / f) != lock[f]])
         if not row.commit:
             return "unknown"
         if head.startswith(row.commit):
             return SAME_CODE
-        changed = changed_since(root, row.commit, list(deps(row.stage)))
-        if changed is None:
-            return "unknown"
-        return SAME_CODE if not changed else "changed: " + ", ".join(changed)
+        return said(changed_since(root, row.commit, files))
 
     return table.assign(code=[code(r) for r in table.itertuples(index=False)])
 
@@ -124,8 +146,19 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
-def markdown(table: pd.DataFrame) -> str:
-    """The docs' table: a stage per line, a column per task ("" = the stages that run once)."""
+def untimed(table: pd.DataFrame, executions: Sequence[str]) -> list[str]:
+    """The stage executions (``<stage>@<task>`` or ``<stage>``, as dvc.lock names them) that
+    ``table`` has no row for, in their order."""
+    from attnflow.lockfile import lock_key
+
+    have = {lock_key(r.stage, r.task or None) for r in table.itertuples(index=False)}
+    return [name for name in executions if name not in have]
+
+
+def markdown(table: pd.DataFrame, missing: Sequence[str] = ()) -> str:
+    """The docs' table: a stage per line, a column per task ("" = the stages that run once).
+    ``missing``: the stage executions of dvc.lock without a run in the table (`untimed`), named
+    under it, since the totals leave them out."""
     if table.empty:
         raise ValueError("no stage times: run `dvc repro` first (with tracking enabled)")
     tasks = sorted(t for t in table["task"].unique() if t)
@@ -147,13 +180,18 @@ def markdown(table: pd.DataFrame) -> str:
         f"Training: {_duration(total['training'])}; every other stage: {_duration(total['non-training'])}. "
         f"Code (commit: stages): {code}."
     )
+    if missing:
+        text += (
+            f" No finished run of this config in the store for {', '.join(missing)} (dvc.lock holds its "
+            "outputs): the totals leave it out."
+        )
     if "code" in table:
         report = table.loc[table["stage"] == "report", "commit"]
         head = report.iloc[-1] if len(report) else "the checkout"
         other = table[table["code"] != SAME_CODE]
         text += (
-            f" The declared code of every stage is that of {head} (a stage that ran at another commit has the "
-            "same code files there)."
+            f" The declared code of every stage is that of {head} (dvc.lock records, for a stage that ran at "
+            "another commit or on uncommitted changes, the same code files as this checkout)."
             if other.empty
             else " Stages whose code differs from the report's: "
             + "; ".join(f"{r.stage}@{r.task or 'once'} ({r.code})" for r in other.itertuples())

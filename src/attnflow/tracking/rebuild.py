@@ -9,7 +9,8 @@ What `dvc repro` logs (:func:`attnflow.tracking.stage_run` and
 :func:`attnflow.tracking.log_outputs`), made from the committed files with the same helpers: the
 experiment (``tracking.experiment``, marked model development, with the headline view), the parent
 run of the config (the whole config as params, the choices and seed as tags, the same name and
-``config_hash``), and one child run per stage execution that ``reports/stage_times.csv`` records
+``config_hash``), and one child run per stage execution of ``dvc.lock`` and
+``reports/stage_times.csv`` (a stage the table lacks is rebuilt untimed, of commit "unknown")
 (``<stage>@<task>``: tags ``stage``, ``dataset``, ``config_hash``, ``seed``, the choices; the
 stage's ``dvc.yaml`` params as params; its docstring as description; its committed outputs as
 artifacts and ``outputs.json``; its metrics files as metrics and their headline on the parent;
@@ -47,6 +48,8 @@ from typing import Any
 
 import yaml
 
+from attnflow.lockfile import lock_deps, lock_key
+
 from .experiment import NOTE_TAG, PARENT_TAG, _experiment, _headline_view, _log_params, _parent_run, run_name
 from .names import config_hash, flatten
 from .outputs import declared, headline, log_outputs
@@ -55,7 +58,9 @@ from .runs import StageRun
 __all__ = [
     "BODY_METRICS",
     "REBUILT_TAG",
+    "UNKNOWN",
     "Rebuilt",
+    "StageExecution",
     "main",
     "read_config",
     "rebuild_store",
@@ -66,6 +71,7 @@ __all__ = [
 
 REBUILT_TAG = "attnflow.rebuilt_from"  # value: "reports/ at <commit>": this run was not a live one
 STAGE_TIMES = "stage_times.csv"
+UNKNOWN = "unknown"  # the commit of a stage execution the stage-time table does not record
 
 
 def _correlation_cells(payload: Mapping[str, Any]) -> dict[str, float]:
@@ -110,9 +116,11 @@ class StageExecution:
     commit: str
 
 
-def stage_runs(reports: Path) -> list[StageExecution]:
+def stage_runs(reports: Path, lock: Mapping[str, Any] | None = None) -> list[StageExecution]:
     """The stage executions of ``reports/stage_times.csv`` (columns stage, task, seconds, commit),
-    in its order. Raises FileNotFoundError naming the file when it is missing."""
+    in its order, then every stage of ``lock`` (dvc.lock) the table lacks, in the lock's order,
+    untimed and of commit :data:`UNKNOWN` (its outputs are committed; its MLflow run was not found
+    when the table was written). Raises FileNotFoundError naming the file when it is missing."""
     path = Path(reports) / STAGE_TIMES
     if not path.is_file():
         raise FileNotFoundError(
@@ -123,7 +131,7 @@ def stage_runs(reports: Path) -> list[StageExecution]:
     missing = {"stage", "task", "seconds", "commit"} - set(rows[0] if rows else {})
     if missing:
         raise ValueError(f"{path}: missing column(s) {sorted(missing)}")
-    return [
+    timed = [
         StageExecution(
             stage=r["stage"],
             task=r["task"] or None,
@@ -132,12 +140,18 @@ def stage_runs(reports: Path) -> list[StageExecution]:
         )
         for r in rows
     ]
+    seen = {lock_key(ex.stage, ex.task) for ex in timed}
+    untimed = [
+        StageExecution(stage=stage, task=task or None, seconds=None, commit=UNKNOWN)
+        for stage, _, task in (key.partition("@") for key in (lock or {}).get("stages") or {})
+        if lock_key(stage, task or None) not in seen
+    ]
+    return timed + untimed
 
 
 def _lock_inputs(lock: Mapping[str, Any], stage: str, task: str | None) -> tuple[str, dict[str, str]]:
     """md5 per dependency of the stage in dvc.lock, and one md5 over them (as ``inputs_md5``)."""
-    entry = (lock.get("stages") or {}).get(f"{stage}@{task}" if task else stage) or {}
-    per_file = {d["path"]: d["md5"] for d in entry.get("deps") or [] if "md5" in d}
+    per_file = lock_deps(lock, stage, task)
     if not per_file:
         return "none", per_file
     if len(per_file) == 1:
@@ -209,7 +223,7 @@ def rebuild_store(
     config = read_config(root / "params.yaml")
     lock = _read_yaml(root / "dvc.lock") if (root / "dvc.lock").is_file() else {}
     reports_dir = root / (reports or config.get("paths", {}).get("reports", "reports"))
-    executions = stage_runs(reports_dir)
+    executions = stage_runs(reports_dir, lock)
     choices = dict(choices or {})
     previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(store)
@@ -255,7 +269,8 @@ def _rebuild(
         )
     _headline_view(client, experiment_id, list(config.get("tasks") or []))
     parent_id = _parent_run(client, experiment_id, digest, config, overrides, choices)
-    last_commit = executions[-1].commit if executions else "unknown"
+    timed = [ex.commit for ex in executions if ex.commit != UNKNOWN]
+    last_commit = timed[-1] if timed else UNKNOWN
     for key, value in {"git_commit": last_commit, REBUILT_TAG: f"reports/ at {last_commit}"}.items():
         client.set_tag(parent_id, key, value)
     # declared() resolves ${paths.reports} from the config: point it at the folder given
@@ -267,7 +282,7 @@ def _rebuild(
     for ex in executions:
         run_id = _stage_run(client, store, experiment, experiment_id, parent_id, config, resolving,
                             lock, ex, choices, root)  # fmt: skip
-        made[f"{ex.stage}@{ex.task}" if ex.task else ex.stage] = run_id
+        made[lock_key(ex.stage, ex.task)] = run_id
     client.set_terminated(parent_id, "FINISHED")
     return Rebuilt(experiment=experiment, experiment_id=experiment_id, parent_id=parent_id, runs=made)
 
@@ -372,7 +387,7 @@ def _stage_run(
         "git_commit": ex.commit,
         "config_hash": config_hash(config),
         "inputs_md5": digest,
-        "mlflow.runName": f"{ex.stage}@{ex.task}" if ex.task else ex.stage,
+        "mlflow.runName": lock_key(ex.stage, ex.task),
         **dict(choices),
         "mlflow.parentRunId": parent_id,
         REBUILT_TAG: f"reports/ at {ex.commit}",

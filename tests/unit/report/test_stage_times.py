@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from attnflow.report.glance import with_paragraph
-from attnflow.report.stage_times import MARKERS, markdown, read_table, stage_times, totals
+from attnflow.report.stage_times import MARKERS, markdown, stage_times, totals, untimed
 from pipelines import stage_times as script
 
 
@@ -59,14 +59,26 @@ def test_the_markdown_table_has_a_column_per_task_and_names_the_code():
     assert "aaa: train; bbb: explain, report" in text
 
 
+def test_a_stage_of_dvc_lock_without_a_run_is_named_under_the_table():
+    table = pd.DataFrame([("train", "sst2", 600.0, "aaa"), ("report", "", 12.0, "aaa")],
+                         columns=["stage", "task", "seconds", "commit"])  # fmt: skip
+    missing = untimed(table, ["train@agreement", "train@sst2", "report"])
+    assert missing == ["train@agreement"]
+    text = markdown(table, missing)
+    assert "Training: 10.0 min" in text
+    assert (
+        "No finished run of this config in the store for train@agreement (dvc.lock holds its outputs)" in text
+    )
+    assert "No finished run" not in markdown(table, [])
+
+
 def test_no_runs_is_a_clear_error():
     with pytest.raises(ValueError, match="dvc repro"):
         markdown(stage_times([]))
 
 
 def test_the_docs_table_is_the_committed_csv():
-    table = read_table(script.CSV)
     text = script.DOC.read_text(encoding="utf-8")
-    assert with_paragraph(text, markdown(table), script.DOC, markers=MARKERS) == text, (
+    assert with_paragraph(text, script.docs_table(), script.DOC, markers=MARKERS) == text, (
         "docs/results.md: the stage-time table is stale: run python -m pipelines.stage_times"
     )

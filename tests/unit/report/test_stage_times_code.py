@@ -67,3 +67,38 @@ def test_the_provenance_section_names_every_stage_and_whether_one_commit_stands_
     )
     text = render_markdown(stage_blocks(table.assign(code=[SAME_CODE, "changed: x.py"]), "bbb"))
     assert "differs from this checkout (bbb):** capture@once" in text
+
+
+def test_a_run_of_uncommitted_changes_is_the_checkouts_code_when_dvc_lock_recorded_the_same_files(tmp_path):
+    # the stage ran on a dirty tree at `first` (its files then were those committed later): git cannot
+    # say what ran, dvc.lock can: the md5 of each declared file at the run
+    from attnflow.lockfile import lock_md5
+
+    first, second = _repo(tmp_path)
+    deps = {"train": ["train.py"], "capture": ["report.py"]}.get
+    table = pd.DataFrame({
+        "stage": ["train", "capture", "capture"], "task": ["a", "a", "b"], "seconds": [1.0, 1.0, 1.0],
+        "commit": [first[:12] + "+dirty"] * 3,
+    })  # fmt: skip
+    recorded = {
+        ("train", "a"): {"train.py": lock_md5(tmp_path / "train.py")},
+        ("capture", "a"): {"report.py": lock_md5(tmp_path / "report.py")},  # the checkout's report.py
+        ("capture", "b"): {"report.py": "0" * 32},  # another report.py than the checkout's
+    }
+    got = with_code(table, tmp_path, deps, second, recorded=lambda stage, task: recorded.get((stage, task)))
+    assert got["code"].tolist() == [SAME_CODE, SAME_CODE, "changed: report.py"]
+    # without the lock, git compares the commit the dirty run started from
+    assert (
+        with_code(table, tmp_path, deps, second)["code"].tolist() == [SAME_CODE] + ["changed: report.py"] * 2
+    )
+
+
+def test_the_commit_column_keeps_dirty():
+    from types import SimpleNamespace
+
+    from attnflow.report.stage_times import stage_times
+
+    run = SimpleNamespace(info=SimpleNamespace(status="FINISHED", end_time=1),
+                          data=SimpleNamespace(tags={"stage": "train", "dataset": "a", "git_commit": "9b0268fb45aa84a2+dirty"},
+                                               metrics={"wall_time_s": 1.0}))  # fmt: skip
+    assert stage_times([run])["commit"].tolist() == ["9b0268fb45aa+dirty"]

@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "modes",
         "explanation_file",
         "resources",
+        "lockfile",
     ),
     ("data", "metrics", "viz", "sweep", "stage_cache"),
     ("models", "display"),

@@ -34,6 +34,7 @@ __all__ = [
     "totals",
     "untimed",
     "with_code",
+    "with_this_run",
 ]
 
 COLUMNS = ("stage", "task", "seconds", "commit")
@@ -126,6 +127,16 @@ def with_code(
         return said(changed_since(root, row.commit, files))
 
     return table.assign(code=[code(r) for r in table.itertuples(index=False)])
+
+
+def with_this_run(table: pd.DataFrame, stage: str, code: Mapping[str, Any]) -> pd.DataFrame:
+    """``table`` (with its ``code`` column) with the rows of ``stage`` replaced by the run now
+    writing it: the store's latest finished run of a stage that reads the table is the one before
+    it. This one runs ``code`` (:func:`attnflow.sweep.code_state`): its commit, ``+dirty`` when its
+    code folders differ from it, and the checkout's code by definition; its seconds are not known yet."""
+    commit = _short(str(code.get("commit") or "") + ("+dirty" if code.get("dirty") else ""))
+    row = {"stage": stage, "task": "", "seconds": float("nan"), "commit": commit, "code": SAME_CODE}
+    return pd.concat([table[table["stage"] != stage], pd.DataFrame([row])], ignore_index=True)
 
 
 def read_table(path: Path) -> pd.DataFrame:

@@ -102,3 +102,18 @@ def test_the_commit_column_keeps_dirty():
                           data=SimpleNamespace(tags={"stage": "train", "dataset": "a", "git_commit": "9b0268fb45aa84a2+dirty"},
                                                metrics={"wall_time_s": 1.0}))  # fmt: skip
     assert stage_times([run])["commit"].tolist() == ["9b0268fb45aa+dirty"]
+
+
+def test_the_report_names_its_own_run_not_the_one_before_it():
+    from attnflow.report.stage_times import with_this_run
+
+    table = pd.DataFrame({
+        "stage": ["train", "report"], "task": ["a", ""], "seconds": [1.0, 2.0],
+        "commit": ["aaa", "bbb+dirty"], "code": [SAME_CODE, "changed: report.py"],
+    })  # fmt: skip
+    got = with_this_run(table, "report", {"commit": "c" * 40, "dirty": False})
+    assert got[["stage", "commit", "code"]].values.tolist() == [
+        ["train", "aaa", SAME_CODE], ["report", "c" * 12, SAME_CODE]
+    ]  # fmt: skip
+    dirty = with_this_run(table, "report", {"commit": "d" * 40, "dirty": True})
+    assert dirty["commit"].tolist() == ["aaa", "d" * 12 + "+dirty"]

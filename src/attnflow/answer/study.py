@@ -94,6 +94,8 @@ def compare_tools(
     kept: dict[str, dict[str, int]] = {}
     slow: set[tuple[str, str, int]] = set()
     warm: set[str] = set()
+    call = dict(tracer=tracer, device=device, ig_steps=ig_steps, checkpoint=checkpoint)
+    lengths = {task: _lengths(items, task) for task in {item.task for item in items}}
     for k, item in enumerate(items):
         length = item.meta.get("length")
         group = kept.setdefault(f"{item.task}/{length}", {"built": 0, "kept": 0})
@@ -104,19 +106,17 @@ def compare_tools(
             continue
         group["kept"] += 1
         ids, user, _, span = target
+        above = [n for n in lengths[item.task] if length is not None and n > length]  # skipped once too slow
         for tool in tools:
             if length is not None and (tool, item.task, length) in slow:
                 continue
-            call = dict(tracer=tracer, device=device, ig_steps=ig_steps, checkpoint=checkpoint)
             if tool not in warm:  # the first call loads kernels and libraries: not timed
                 tool_weights(tool, model, tokenizer, item, target, **call)
                 warm.add(tool)
             w, seconds, peak = tool_weights(tool, model, tokenizer, item, target, **call)
             row = {"item": k, "task": item.task, "length": length, "tool": tool, "prompt_tokens": len(ids),
                    "user_tokens": len(user), "span": list(span)}  # fmt: skip
-            longer = {
-                (tool, item.task, n) for n in _lengths(items, item.task) if length is not None and n > length
-            }
+            longer = {(tool, item.task, n) for n in above}
             if w is None:
                 row["out_of_memory"] = True
                 slow |= longer
@@ -226,16 +226,8 @@ def save_answer_study(
     payload = {"metrics": metrics, "kept": kept, "meta": meta}
     folder = Path(folder)
     write_together({
-        folder / "rows.parquet": _parquet_bytes(table),
-        folder / "summary.parquet": _parquet_bytes(summary),
+        folder / "rows.parquet": table.to_parquet(index=False),
+        folder / "summary.parquet": summary.to_parquet(index=False),
         folder / "summary.json": json.dumps(payload, indent=2, sort_keys=True, allow_nan=False) + "\n",
     })  # fmt: skip
     return metrics
-
-
-def _parquet_bytes(frame: pd.DataFrame) -> bytes:
-    import io
-
-    buffer = io.BytesIO()
-    frame.to_parquet(buffer, index=False)
-    return buffer.getvalue()

@@ -37,6 +37,7 @@ __all__ = [
     "comparator_scores",
     "compare_on_subset",
     "cost_steps",
+    "decomposition_rows",
     "method_costs",
 ]
 
@@ -96,19 +97,27 @@ def _attnlrp(model: Any, ids: torch.Tensor, mask: torch.Tensor, **_: Any) -> tor
     return out
 
 
+def decomposition_rows(
+    model: Any, ids: torch.Tensor, mask: torch.Tensor, methods: Sequence[str], *, rows: str = "auto",
+    target: Any = "predicted", residual: float = 0.5, heads: str = "mean",
+) -> list[dict[str, np.ndarray]]:  # fmt: skip
+    """Per sample of the padded batch ``ids``, ``{method: (L, T_b) float64}``: each method's map at
+    every layer on the sample's real tokens, ``rows`` being the rows explained ("auto": the record's
+    rule), in one forward (`attnflow.hf.explain_batch` on the Hugging Face model in ``model``)."""
+    from attnflow.hf import explain_batch
+
+    _, results = explain_batch(getattr(model, "hf", model), {"input_ids": ids, "attention_mask": mask},
+                               methods=list(methods), layer=-1, rows=rows, residual=residual, heads=heads,
+                               target=target, extra_inputs=None)  # fmt: skip
+    return [{m: np.asarray(res["maps"][m], dtype=np.float64) for m in methods} for res in results]
+
+
 def _decomposition(name: str) -> Callable[..., torch.Tensor]:
     def score(model: Any, ids: torch.Tensor, mask: torch.Tensor, **_: Any) -> torch.Tensor:
         """The method's map at the [CLS] row of the last layer, each sample on its real tokens."""
-        from attnflow.hf import explain_batch
-
-        _, results = explain_batch(getattr(model, "hf", model), {"input_ids": ids, "attention_mask": mask},
-                                   methods=[name], layer=-1, rows="auto", residual=0.5, heads="mean",
-                                   target="predicted", extra_inputs=None)  # fmt: skip
         out = torch.zeros(ids.shape, dtype=torch.float64)
-        for b, res in enumerate(results):
-            out[b, mask[b].bool().cpu()] = torch.from_numpy(
-                np.asarray(res["maps"][name][-1], dtype=np.float64)
-            )
+        for b, maps in enumerate(decomposition_rows(model, ids, mask, [name])):
+            out[b, mask[b].bool().cpu()] = torch.from_numpy(maps[name][-1])
         return out
 
     return score

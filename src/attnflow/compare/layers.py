@@ -2,8 +2,9 @@
 weighs attention by what flows through it correlate with blank-out and input gradients, layer by
 layer, better than raw attention, rollout and flow?
 
-`decomposition_maps` explains the study's samples with each method (`attnflow.hf.explain_batch`:
-one forward per batch of samples of similar length, the needs read during it) and keeps the task's
+`decomposition_maps` explains the study's samples with each method
+(`attnflow.attribution.comparators.decomposition_rows`: one forward per batch of samples of similar
+length, the needs read during it) and keeps the task's
 row at every layer: a (L, T) map per sample, as the explain stage's maps. `decomposition_table`
 correlates them with the attribute stage's importance exactly as the correlate stage does
 (`attnflow.metrics.tables.study_frame`: Spearman per sample and layer, the task's CLS rules, the
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from attnflow.attribution.comparators import DECOMPOSITION, unavailable
+from attnflow.attribution.comparators import DECOMPOSITION, decomposition_rows, unavailable
 
 __all__ = ["SKIPPED", "TABLE", "decomposition_maps", "decomposition_table"]
 
@@ -37,21 +38,20 @@ def decomposition_maps(
     "max" or "mean" over the real query rows; the class-specific DecompX reads its record's rows),
     ``target`` the class explained."""
     from attnflow.batches import length_batches, pad_batch
-    from attnflow.hf import explain_batch
 
     skipped = {m: why for m in methods if (why := unavailable(model, m)) is not None}
     run = [m for m in methods if m not in skipped]
     out: dict[str, list[Any]] = {m: [None] * len(input_ids) for m in run}
     if not run:
         return {}, skipped
-    hf = getattr(model, "hf", model)
     for idx in length_batches([len(r) for r in input_ids], batch_size):
         ids, mask = pad_batch([np.asarray(input_ids[i]) for i in idx], pad_id)
-        _, results = explain_batch(hf, {"input_ids": ids, "attention_mask": mask}, methods=run, layer=-1,
-                                   rows=rows, residual=residual, heads=heads, target=target, extra_inputs=None)  # fmt: skip
-        for b, i in enumerate(idx):
+        batch = decomposition_rows(
+            model, ids, mask, run, rows=rows, target=target, residual=residual, heads=heads
+        )
+        for i, maps in zip(idx, batch, strict=True):
             for m in run:
-                out[m][i] = np.asarray(results[b]["maps"][m], dtype=np.float64)
+                out[m][i] = maps[m]
     return out, skipped
 
 

@@ -189,6 +189,9 @@ def _interrupted_after(call, delay: float = 0.3) -> float:
     timer = threading.Timer(
         delay, lambda: (sent.append(time.monotonic()), os.kill(os.getpid(), signal.SIGINT))
     )
+    # Python's own Ctrl-C handler, also where this process inherited SIGINT ignored (a shell's
+    # background job: `pytest &` without job control)
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -197,6 +200,7 @@ def _interrupted_after(call, delay: float = 0.3) -> float:
         return time.monotonic() - sent[0]
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, handler)
 
 
 def _flow_paths():
@@ -257,9 +261,10 @@ def test_a_ctrl_c_in_a_subprocess_ends_a_long_flow_call_with_keyboardinterrupt(t
         f"attention_flow(w, sources=0, layers={LONG_LAYERS - 1}, progress=False)\n"
         "print('finished', flush=True)\n"
     )
-    child = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    child = subprocess.Popen(  # SIGINT at its default, so Python installs its handler (see _interrupted_after)
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     try:
         assert child.stdout.readline().strip() == "started"
         time.sleep(0.3)

@@ -140,3 +140,22 @@ def test_a_stage_run_on_a_folder_store_stops_before_mlflow_in_one_line(tmp_path)
         with tracking.stage_run(config, stage="train"):
             pytest.fail("the stage body ran")
     assert time.monotonic() - started < FAST_S
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known, not mended: stage_run's mlflow.set_tracking_uri also sets MLFLOW_TRACKING_URI in "
+    "os.environ, and tracking_uri() prefers it, so a second stage run in the same process goes to the "
+    "first run's store; the fix is in attnflow.tracking.runs/store, which every stage depends on (next "
+    "full study run). Strict: it fails once mended, to drop this mark.",
+)
+def test_a_second_stage_run_in_one_process_goes_to_its_own_configured_store(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for name in ("first.db", "second.db"):
+        config = {
+            "study": "s",
+            "tracking": {"uri": _uri(tmp_path / name), "experiment": "s", "enabled": True},
+        }
+        with tracking.stage_run(config, stage="train"):
+            pass
+    assert (tmp_path / "second.db").is_file()

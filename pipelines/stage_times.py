@@ -19,7 +19,7 @@ import yaml
 from omegaconf import DictConfig
 
 from attnflow.io import write_text
-from attnflow.lockfile import lock_deps
+from attnflow.lockfile import read_lock
 from attnflow.paths import StudyPaths
 from attnflow.report.glance import refresh
 from attnflow.report.stage_times import MARKERS, from_store, markdown, read_table, untimed, with_code
@@ -39,27 +39,28 @@ def stage_code(cfg: DictConfig) -> pd.DataFrame:
     uri, cfg_hash = tracking_uri(cfg.tracking.uri), config_hash(_config.to_dict(cfg))
     table = from_store(uri, cfg.tracking.experiment, cfg_hash, order)
     head = code_state(_config.ROOT)["commit"] or ""
-    lock = yaml.safe_load(LOCK.read_text(encoding="utf-8")) if LOCK.is_file() else {}
-    return with_code(table, _config.ROOT, lambda stage: dvc_deps.stage_deps(stage, []), head,
-                     recorded=lambda stage, task: lock_deps(lock, stage, task))  # fmt: skip
+    return with_code(
+        table, _config.ROOT, lambda stage: dvc_deps.stage_deps(stage, []), head, lock=read_lock(LOCK)
+    )
 
 
 def docs_table() -> str:
     """The docs' table of the csv, naming the stages of dvc.lock the csv has no run for."""
     table = read_table(CSV)
-    return markdown(table, untimed(table, list(yaml.safe_load(LOCK.read_text(encoding="utf-8"))["stages"])))
+    return markdown(table, untimed(table, read_lock(LOCK)))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when the docs table is stale")
-    if not parser.parse_args().check:
+    args = parser.parse_args()
+    if not args.check:
         try:
             table = stage_code(_config.load(_config.ROOT / _config.PARAMS))
         except ValueError as exc:
             sys.exit(f"error: {exc}")
         write_text(CSV, table.to_csv(index=False))
-    return refresh(DOC, docs_table(), check=parser.parse_args().check, what="the stage-time table",
+    return refresh(DOC, docs_table(), check=args.check, what="the stage-time table",
                    command="python -m pipelines.stage_times", markers=MARKERS)  # fmt: skip
 
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from attnflow.lockfile import lock_deps, lock_key, lock_md5
+from attnflow.lockfile import lock_deps, lock_key, lock_md5, read_lock, unrecorded
 
 
 def _md5(data: bytes) -> str:
@@ -72,3 +72,21 @@ def test_a_stage_executions_name_and_recorded_deps():
     assert lock_deps(lock, "train", "a") == {"x.py": "1"}  # a params entry has no md5
     assert lock_deps(lock, "report", None) == {"src": "2.dir"}
     assert lock_deps(lock, "train", "b") == {} and lock_deps({}, "report", None) == {}
+
+
+def test_the_executions_not_among_a_set_of_names_in_the_locks_order():
+    lock = {"stages": {"train@a": {}, "train@b": {}, "report": {}}}
+    assert unrecorded(lock, {"train@b"}) == [("train", "a"), ("report", None)]
+    assert unrecorded(lock, {"train@a", "train@b", "report"}) == [] and unrecorded({}, set()) == []
+
+
+def test_the_lock_is_read_or_refused_naming_the_file(tmp_path):
+    assert read_lock(tmp_path / "dvc.lock") == {}  # none yet: a checkout before its first repro
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages:\n  report:\n    deps: []\n")
+    assert read_lock(tmp_path / "dvc.lock") == {"schema": "2.0", "stages": {"report": {"deps": []}}}
+    (tmp_path / "dvc.lock").write_text("stages: [unclosed\n")
+    with pytest.raises(ValueError, match=r"dvc\.lock: not YAML"):
+        read_lock(tmp_path / "dvc.lock")
+    (tmp_path / "dvc.lock").write_text("- a list\n")
+    with pytest.raises(ValueError, match=r"dvc\.lock: expected a mapping with 'stages', got list"):
+        read_lock(tmp_path / "dvc.lock")

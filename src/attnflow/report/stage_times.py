@@ -95,20 +95,24 @@ def with_code(
     root: Path,
     deps: Callable[[str], Sequence[str]],
     head: str,
-    recorded: Callable[[str, str], Mapping[str, str] | None] | None = None,
+    lock: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
     """``table`` with a column ``code``: for each stage run, whether the code files its stage declares
     (``deps(stage)``: dvc.yaml's deps) are those of the checkout at ``head``: :data:`SAME_CODE`,
-    "changed: <files>", or "unknown" (nothing can tell). ``recorded(stage, task)``: the md5 per
-    dependency that dvc.lock holds for the stage execution (None: not there). Where it covers every
-    declared file, they are compared with the checkout's (`attnflow.lockfile.lock_md5`): the code the
+    "changed: <files>", or "unknown" (nothing can tell). ``lock``: dvc.lock, parsed. Where its md5s
+    of the stage execution's dependencies (`attnflow.lockfile.lock_deps`) cover every declared file,
+    they are compared with the checkout's (`attnflow.lockfile.lock_md5`, each path hashed once): the code the
     outputs were made with, whether the run was of a commit or of uncommitted changes (a commit
     ending ``+dirty``), as ``dvc status`` compares them. Elsewhere git compares the commit that ran
     it with the checkout. A stage whose declared code did not change since is the code of ``head``;
     one commit then stands behind every number.
     """
-    from attnflow.lockfile import lock_md5
+    from functools import cache
+
+    from attnflow.lockfile import lock_deps, lock_md5
     from attnflow.sweep import changed_since
+
+    checkout = cache(lambda path: lock_md5(Path(root) / path))  # a folder shared by many stages: once
 
     def said(changed: Sequence[str] | None) -> str:
         if changed is None:
@@ -117,9 +121,9 @@ def with_code(
 
     def code(row: Any) -> str:
         files = list(deps(row.stage))
-        lock = recorded(row.stage, row.task) if recorded is not None else None
-        if lock and files and all(f in lock for f in files):
-            return said([f for f in files if lock_md5(Path(root) / f) != lock[f]])
+        ran = lock_deps(lock, row.stage, row.task or None) if lock else {}
+        if ran and files and all(f in ran for f in files):
+            return said([f for f in files if checkout(f) != ran[f]])
         if not row.commit:
             return "unknown"
         if head.startswith(row.commit):
@@ -157,13 +161,13 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
-def untimed(table: pd.DataFrame, executions: Sequence[str]) -> list[str]:
-    """The stage executions (``<stage>@<task>`` or ``<stage>``, as dvc.lock names them) that
-    ``table`` has no row for, in their order."""
-    from attnflow.lockfile import lock_key
+def untimed(table: pd.DataFrame, lock: Mapping[str, Any]) -> list[str]:
+    """The stage executions of ``lock`` (dvc.lock, parsed; named ``<stage>@<task>`` or ``<stage>``)
+    that ``table`` has no row for, in the lock's order."""
+    from attnflow.lockfile import lock_key, unrecorded
 
     have = {lock_key(r.stage, r.task or None) for r in table.itertuples(index=False)}
-    return [name for name in executions if name not in have]
+    return [lock_key(stage, task) for stage, task in unrecorded(lock, have)]
 
 
 def markdown(table: pd.DataFrame, missing: Sequence[str] = ()) -> str:

@@ -46,9 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from attnflow.lockfile import lock_deps, lock_key
+from attnflow.lockfile import lock_deps, lock_key, read_lock, unrecorded
 
 from .experiment import NOTE_TAG, PARENT_TAG, _experiment, _headline_view, _log_params, _parent_run, run_name
 from .names import config_hash, flatten
@@ -141,12 +139,7 @@ def stage_runs(reports: Path, lock: Mapping[str, Any] | None = None) -> list[Sta
         for r in rows
     ]
     seen = {lock_key(ex.stage, ex.task) for ex in timed}
-    untimed = [
-        StageExecution(stage=stage, task=task or None, seconds=None, commit=UNKNOWN)
-        for stage, _, task in (key.partition("@") for key in (lock or {}).get("stages") or {})
-        if lock_key(stage, task or None) not in seen
-    ]
-    return timed + untimed
+    return timed + [StageExecution(s, t, None, UNKNOWN) for s, t in unrecorded(lock or {}, seen)]
 
 
 def _lock_inputs(lock: Mapping[str, Any], stage: str, task: str | None) -> tuple[str, dict[str, str]]:
@@ -179,12 +172,6 @@ def _inside(folder: Path) -> Iterator[None]:
         yield
     finally:
         os.chdir(before)
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: not found; run from the repository root or pass --root")
-    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
 
 
 def read_config(path: str | Path) -> dict[str, Any]:
@@ -221,7 +208,7 @@ def rebuild_store(
 
     root = Path(root).resolve()
     config = read_config(root / "params.yaml")
-    lock = _read_yaml(root / "dvc.lock") if (root / "dvc.lock").is_file() else {}
+    lock = read_lock(root / "dvc.lock")
     reports_dir = root / (reports or config.get("paths", {}).get("reports", "reports"))
     executions = stage_runs(reports_dir, lock)
     choices = dict(choices or {})

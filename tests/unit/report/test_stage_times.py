@@ -62,7 +62,8 @@ def test_the_markdown_table_has_a_column_per_task_and_names_the_code():
 def test_a_stage_of_dvc_lock_without_a_run_is_named_under_the_table():
     table = pd.DataFrame([("train", "sst2", 600.0, "aaa"), ("report", "", 12.0, "aaa")],
                          columns=["stage", "task", "seconds", "commit"])  # fmt: skip
-    missing = untimed(table, ["train@agreement", "train@sst2", "report"])
+    lock = {"stages": {"train@agreement": {}, "train@sst2": {}, "report": {}}}
+    missing = untimed(table, lock)
     assert missing == ["train@agreement"]
     text = markdown(table, missing)
     assert "Training: 10.0 min" in text

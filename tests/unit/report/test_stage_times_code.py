@@ -80,12 +80,16 @@ def test_a_run_of_uncommitted_changes_is_the_checkouts_code_when_dvc_lock_record
         "stage": ["train", "capture", "capture"], "task": ["a", "a", "b"], "seconds": [1.0, 1.0, 1.0],
         "commit": [first[:12] + "+dirty"] * 3,
     })  # fmt: skip
-    recorded = {
-        ("train", "a"): {"train.py": lock_md5(tmp_path / "train.py")},
-        ("capture", "a"): {"report.py": lock_md5(tmp_path / "report.py")},  # the checkout's report.py
-        ("capture", "b"): {"report.py": "0" * 32},  # another report.py than the checkout's
-    }
-    got = with_code(table, tmp_path, deps, second, recorded=lambda stage, task: recorded.get((stage, task)))
+
+    def ran(md5):
+        return {"deps": [{"path": next(iter(md5)), "md5": next(iter(md5.values()))}]}
+
+    lock = {"stages": {
+        "train@a": ran({"train.py": lock_md5(tmp_path / "train.py")}),
+        "capture@a": ran({"report.py": lock_md5(tmp_path / "report.py")}),  # the checkout's report.py
+        "capture@b": ran({"report.py": "0" * 32}),  # another report.py than the checkout's
+    }}  # fmt: skip
+    got = with_code(table, tmp_path, deps, second, lock=lock)
     assert got["code"].tolist() == [SAME_CODE, SAME_CODE, "changed: report.py"]
     # without the lock, git compares the commit the dirty run started from
     assert (

@@ -91,8 +91,10 @@ def read_lock(path: str | Path) -> dict[str, Any]:
             yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
             or {}
         )
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not YAML ({exc})") from None
+    except yaml.YAMLError as exc:  # one line: the line and what the parser found there
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ValueError(f"{path}: not YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
     if not isinstance(lock, dict):
         raise ValueError(f"{path}: expected a mapping with 'stages', got {type(lock).__name__}")
     return lock
